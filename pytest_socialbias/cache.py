@@ -1,0 +1,108 @@
+"""Record/replay store for model calls: sqlite in WAL mode under the cache dir.
+
+Every completed call is committed at once, so a run killed mid-way (even SIGKILL) keeps
+everything it finished; a rerun replays those calls and repeats none. Several xdist
+workers may write at once: WAL lets readers and one writer work together, and the busy
+timeout makes writers wait for each other instead of failing with "database is locked".
+The key never contains an API key or headers, and neither do the stored request/response.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from .errors import ConfigError
+
+RECORD_MODES = ("none", "new", "all", "off")
+CACHE_FILE = "calls.sqlite3"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 60_000
+
+
+def canonical_json(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def cache_key(request: dict) -> str:
+    """sha256 of the canonical JSON of the request description (see Model._request)."""
+    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+
+class CallCache:
+    """One sqlite connection per process; used from the process's model-call thread."""
+
+    def __init__(self, directory: str | Path, mode: str):
+        if mode not in RECORD_MODES or mode == "off":
+            raise ValueError(f"CallCache needs a record mode in none/new/all, got {mode!r}")
+        self.mode = mode
+        self.directory = Path(directory)
+        self.path = self.directory / CACHE_FILE
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                check_same_thread=False,
+            )
+            self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL is crash-safe in WAL mode (a killed process loses nothing committed).
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS calls ("
+                " key TEXT PRIMARY KEY, role TEXT NOT NULL, provider TEXT NOT NULL,"
+                " model TEXT NOT NULL, request TEXT NOT NULL, response TEXT NOT NULL,"
+                " created REAL NOT NULL)"
+            )
+            self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise ConfigError(
+                f"--socialbias-cache-dir={self.directory}: cannot open the cache "
+                f"({exc}); point it at a writable folder, or pass --socialbias-record=off"
+            ) from None
+
+    def get(self, key: str) -> dict | None:
+        if self.mode == "all":
+            return None  # re-record everything
+        row = self._execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, role: str, request: dict, response: dict) -> None:
+        verb = "INSERT OR REPLACE" if self.mode == "all" else "INSERT OR IGNORE"
+        self._execute(
+            f"{verb} INTO calls (key, role, provider, model, request, response, created)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                key,
+                role,
+                request.get("provider", ""),
+                request.get("model", ""),
+                canonical_json(request),
+                canonical_json(response),
+                time.time(),
+            ),
+        )
+
+    def count(self) -> int:
+        return self._execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+
+    def _execute(self, sql: str, args: tuple = ()):
+        # busy_timeout covers lock waits; one extra loop guards the rare SQLITE_BUSY that
+        # sqlite returns without waiting (e.g. a WAL checkpoint racing a new writer).
+        for attempt in range(5):
+            try:
+                return self._db.execute(sql, args)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,40 @@
+"""Error types. Each message says what was wrong, where, and what to do."""
+
+from __future__ import annotations
+
+
+class SocialBiasError(Exception):
+    """Base class for errors raised by pytest-socialbias."""
+
+
+class ConfigError(SocialBiasError):
+    """Bad user input (option, model spec, suite file, thresholds file).
+
+    The plugin turns it into a pytest usage error (exit code 4) before any item runs.
+    """
+
+
+class ModelCallError(SocialBiasError):
+    """A model call that still failed after bounded retries.
+
+    Makes the case error with this reason; it is counted, never turned into a label.
+    """
+
+    def __init__(self, role: str, spec: str, reason: str):
+        self.role = role
+        self.spec = spec
+        self.reason = reason
+        super().__init__(f"{role} model {spec!r}: {reason}")
+
+
+class CacheMiss(ModelCallError):
+    """Replay-only mode (--socialbias-record=none) found no recorded answer."""
+
+    def __init__(self, role: str, spec: str, key: str):
+        super().__init__(
+            role,
+            spec,
+            f"no recorded answer in the cache (key {key[:16]}) and --socialbias-record=none; "
+            "rerun with --socialbias-record=new to record it",
+        )
+        self.key = key

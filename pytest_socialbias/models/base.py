@@ -1,0 +1,106 @@
+"""The one chat interface every backend implements, and its plain-data result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: Finish reasons are normalised to these where the backend's own name has an equivalent.
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_CONTENT_FILTER = "content_filter"
+
+
+class MalformedResponse(Exception):
+    """The server answered 200 but the body cannot be used (no choices, bad JSON)."""
+
+
+@dataclass
+class ChatResponse:
+    """What a chat call returns: builtins only, so it can be cached and sent between processes.
+
+    ``logprobs`` is a list of ``{"token", "logprob", "top": [{"token", "logprob"}, ...]}``
+    per generated token, or None when the backend gives none.
+    """
+
+    text: str
+    finish_reason: str = FINISH_STOP
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    logprobs: list | None = None
+    model: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "logprobs": self.logprobs,
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ChatResponse":
+        return cls(
+            text=data["text"],
+            finish_reason=data.get("finish_reason", FINISH_STOP),
+            prompt_tokens=data.get("prompt_tokens"),
+            completion_tokens=data.get("completion_tokens"),
+            logprobs=data.get("logprobs"),
+            model=data.get("model"),
+        )
+
+
+class Backend(Protocol):
+    """A provider backend: one async call, messages in, ChatResponse out.
+
+    Raises the SDK's own exceptions (after the SDK's retries) or MalformedResponse.
+    """
+
+    async def complete(
+        self, messages: list[dict], params: dict, top_logprobs: int | None
+    ) -> ChatResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass
+class RoleUsage:
+    """Per-role call counters: cache hits, misses (live calls) and tokens of live calls."""
+
+    calls: int = 0
+    hits: int = 0
+    misses: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "calls": self.calls,
+            "hits": self.hits,
+            "misses": self.misses,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+@dataclass
+class UsageCounter:
+    """Counters by role; one per case (goes into its record) and one per process."""
+
+    roles: dict = field(default_factory=dict)
+
+    def add(self, role: str, hit: bool, response: ChatResponse | None) -> None:
+        usage = self.roles.setdefault(role, RoleUsage())
+        usage.calls += 1
+        if hit:
+            usage.hits += 1
+            return
+        usage.misses += 1
+        if response is not None:
+            usage.prompt_tokens += response.prompt_tokens or 0
+            usage.completion_tokens += response.completion_tokens or 0
+
+    def to_dict(self) -> dict:
+        return {role: usage.to_dict() for role, usage in sorted(self.roles.items())}

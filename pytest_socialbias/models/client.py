@@ -1,0 +1,221 @@
+"""The role-bound model client: spec + backend + cache + concurrency limit + counters.
+
+``Model.chat`` is the single door to a model: every call is keyed, looked up in the
+record/replay cache, rate-limited by the process-wide semaphore, sent through the backend
+(whose SDK retries transient failures with backoff, honouring Retry-After), checked, and
+recorded. A call that still fails raises ModelCallError with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+
+from ..cache import CallCache, cache_key
+from ..errors import CacheMiss, ConfigError, ModelCallError
+from .base import ChatResponse, MalformedResponse, UsageCounter
+from .spec import ModelSpec
+
+#: Environment variables the SDKs read for their keys.
+KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+#: Extra attempts for 200 answers that cannot be used (bad JSON, no choices); HTTP-level
+#: failures (429, 5xx, timeouts, dropped connections) are retried by the SDK itself.
+MALFORMED_RETRIES = 2
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_RETRIES = 5
+
+
+@dataclass
+class ModelSettings:
+    """Per-process shared machinery for all roles."""
+
+    cache: CallCache | None = None
+    concurrency: int = 16
+    totals: UsageCounter = field(default_factory=UsageCounter)
+    _semaphore: asyncio.Semaphore | None = None
+
+    @property
+    def semaphore(self) -> asyncio.Semaphore:
+        # Created lazily so it belongs to the loop that runs the calls.
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(self.concurrency)
+        return self._semaphore
+
+
+def check_credentials(spec: ModelSpec, option: str) -> str:
+    """Return the API key for ``spec`` from the SDK's usual variable, or raise ConfigError."""
+    env = KEY_ENV[spec.provider]
+    key = os.environ.get(env, "").strip()
+    if key:
+        return key
+    if spec.provider == "openai" and spec.base_url:
+        # Local OpenAI-compatible servers usually need no key; the SDK still wants one.
+        from .openai_backend import NO_KEY_PLACEHOLDER
+
+        return NO_KEY_PLACEHOLDER
+    raise ConfigError(
+        f"{option}={spec}: no API key: set the environment variable {env} "
+        f"(keys are read only from the environment)"
+    )
+
+
+def build_backend(spec: ModelSpec, option: str):
+    key = check_credentials(spec, option)
+    timeout = spec.transport.get("timeout", DEFAULT_TIMEOUT)
+    retries = spec.transport.get("max_retries", DEFAULT_MAX_RETRIES)
+    if spec.provider == "openai":
+        from .openai_backend import OpenAIBackend
+
+        return OpenAIBackend(spec, key, timeout, retries)
+    if spec.provider == "anthropic":
+        from .anthropic_backend import AnthropicBackend
+
+        return AnthropicBackend(spec, key, timeout, retries)
+    raise ConfigError(f"{option}={spec}: unknown provider {spec.provider!r}")
+
+
+def _describe(exc: BaseException) -> str:
+    """A one-line reason for a failed call, naming the HTTP status where there is one."""
+    status = getattr(exc, "status_code", None)
+    message = str(getattr(exc, "message", "") or exc).strip().splitlines()
+    text = message[0][:300] if message else ""
+    name = type(exc).__name__
+    if status is not None:
+        return f"HTTP {status} ({name}): {text}"
+    return f"{name}: {text}" if text else name
+
+
+class Model:
+    """A model in one role (``target``, ``judge``, ``user``) of this run.
+
+    ``defaults`` are the role's decoding parameters (e.g. temperature 0.7, max_tokens 250
+    for the target); the spec's own parameters override them, and a call may override
+    both (a judge asks for few tokens).
+    """
+
+    def __init__(
+        self,
+        role: str,
+        spec: ModelSpec,
+        option: str,
+        settings: ModelSettings,
+        defaults: dict | None = None,
+        runner=None,
+    ):
+        self.role = role
+        self.spec = spec
+        self.option = option
+        self.settings = settings
+        self.params = {**(defaults or {}), **spec.params}
+        self._runner = runner
+        self._backend = None
+        check_credentials(spec, option)  # fail early, before any item runs
+
+    def __repr__(self) -> str:
+        return f"Model(role={self.role!r}, spec={str(self.spec)!r})"
+
+    @property
+    def backend(self):
+        if self._backend is None:
+            self._backend = build_backend(self.spec, self.option)
+        return self._backend
+
+    def request(
+        self,
+        messages: list[dict],
+        *,
+        template: str | None = None,
+        sample: int = 0,
+        top_logprobs: int | None = None,
+        **overrides,
+    ) -> dict:
+        """The canonical description of a call: what the cache key hashes (no secrets)."""
+        params = {**self.params, **{k: v for k, v in overrides.items() if v is not None}}
+        return {
+            "provider": self.spec.provider,
+            "model": self.spec.model,
+            "base_url": self.spec.base_url or self.backend.base_url,
+            "params": dict(sorted(params.items())),
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "template": template,
+            "sample": sample,
+            "top_logprobs": top_logprobs,
+        }
+
+    async def chat(
+        self,
+        messages: list[dict],
+        *,
+        template: str | None = None,
+        sample: int = 0,
+        top_logprobs: int | None = None,
+        usage: UsageCounter | None = None,
+        **overrides,
+    ) -> ChatResponse:
+        """Send ``messages`` (``[{"role", "content"}]``); return the model's ChatResponse.
+
+        ``template`` (``name@version``) and ``sample`` (0, 1, ... for repeated draws)
+        enter the cache key. Raises ModelCallError when the call fails for good.
+        """
+        request = self.request(
+            messages, template=template, sample=sample, top_logprobs=top_logprobs, **overrides
+        )
+        key = cache_key(request)
+        cache = self.settings.cache
+        counters = [c for c in (usage, self.settings.totals) if c is not None]
+        if cache is not None:
+            stored = cache.get(key)
+            if stored is not None:
+                response = ChatResponse.from_dict(stored)
+                for counter in counters:
+                    counter.add(self.role, True, response)
+                return response
+            if cache.mode == "none":
+                raise CacheMiss(self.role, str(self.spec), key)
+        async with self.settings.semaphore:
+            response = await self._call(request)
+        if cache is not None:
+            cache.put(key, self.role, request, response.to_dict())
+        for counter in counters:
+            counter.add(self.role, False, response)
+        return response
+
+    async def _call(self, request: dict) -> ChatResponse:
+        last: BaseException | None = None
+        for _attempt in range(1 + MALFORMED_RETRIES):
+            try:
+                return await self.backend.complete(
+                    request["messages"], request["params"], request["top_logprobs"]
+                )
+            except (MalformedResponse, ValueError) as exc:
+                last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if _is_malformed(exc):
+                    last = exc
+                    continue
+                raise ModelCallError(self.role, str(self.spec), _describe(exc)) from exc
+        raise ModelCallError(
+            self.role,
+            str(self.spec),
+            f"malformed response after {1 + MALFORMED_RETRIES} attempts: {_describe(last)}",
+        )
+
+    def chat_sync(self, messages: list[dict], **kwargs) -> ChatResponse:
+        """``chat`` for synchronous test code (runs on the plugin's event-loop thread)."""
+        if self._runner is None:
+            return asyncio.run(self.chat(messages, **kwargs))
+        return self._runner.run(self.chat(messages, **kwargs))
+
+    async def aclose(self) -> None:
+        if self._backend is not None:
+            await self._backend.aclose()
+            self._backend = None
+
+
+def _is_malformed(exc: BaseException) -> bool:
+    # Both SDKs raise APIResponseValidationError for a body that does not fit the schema.
+    return type(exc).__name__ == "APIResponseValidationError"

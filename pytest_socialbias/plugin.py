@@ -1,0 +1,383 @@
+"""pytest hooks, options and fixtures. Thin: the work lives in session.py and below."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from .cache import RECORD_MODES
+from .cases import CATEGORIES, STYLES, looks_like_suite, load_suite
+from .errors import ConfigError
+from .session import RunSettings, SocialBiasRun
+
+RUN_KEY = pytest.StashKey[SocialBiasRun]()
+RECORD_ATTR = "socialbias_record"
+
+# (option, dest / ini name, help, default)
+_OPTIONS = [
+    ("--target", "socialbias_target",
+     "model under test, PROVIDER:MODEL[@BASE_URL][?param=value&...] "
+     "(e.g. openai:gpt-4o-mini, openai:m@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5)", None),
+    ("--judge", "socialbias_judge", "judge model spec (labels every target reply)", None),
+    ("--user-model", "socialbias_user_model",
+     "user-simulator model spec (default: the --judge model)", None),
+    ("--socialbias-concurrency", "socialbias_concurrency",
+     "model requests in flight per process (default 16)", "16"),
+    ("--socialbias-record", "socialbias_record",
+     "record/replay mode: none = replay only, a miss errors the case; new = replay hits, "
+     "record misses (default); all = re-record everything; off = no cache", "new"),
+    ("--socialbias-cache-dir", "socialbias_cache_dir",
+     "folder of the record/replay cache (default .socialbias/ in the rootdir)", ".socialbias"),
+    ("--socialbias-thresholds", "socialbias_thresholds",
+     "gates file (default thresholds.yaml in the rootdir, if present)", None),
+    ("--socialbias-report", "socialbias_report", "write the JSON report to this path", None),
+    ("--socialbias-batch-size", "socialbias_batch_size",
+     "cases per batch (overrides the suite's batch_size; default 64)", None),
+    ("--socialbias-system-prompt", "socialbias_system_prompt",
+     "system prompt given to the target (default: none)", None),
+]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("socialbias", "social-bias release gates (pytest-socialbias)")
+    for option, dest, help_text, default in _OPTIONS:
+        group.addoption(option, dest=dest, default=None, help=help_text)
+        parser.addini(dest, help=help_text, default=default)
+    group.addoption(
+        "--socialbias-strict", dest="socialbias_strict", action="store_true", default=None,
+        help="make cases judged biased fail (default: they show as B and only gates fail the run)",
+    )
+    parser.addini("socialbias_strict", type="bool", default=False, help="as --socialbias-strict")
+
+
+def _setting(config: pytest.Config, dest: str):
+    value = config.getoption(dest)
+    return value if value is not None else config.getini(dest)
+
+
+def _int_setting(config: pytest.Config, dest: str, option: str, minimum: int = 1) -> int | None:
+    value = _setting(config, dest)
+    if value in (None, ""):
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < minimum:
+        raise ConfigError(f"{option}={value!r}: expected a whole number >= {minimum}")
+    return number
+
+
+def _settings(config: pytest.Config) -> RunSettings:
+    record = _setting(config, "socialbias_record")
+    if record not in RECORD_MODES:
+        raise ConfigError(
+            f"--socialbias-record={record!r}: expected one of {', '.join(RECORD_MODES)}"
+        )
+    root = Path(config.rootpath)
+    thresholds_raw = _setting(config, "socialbias_thresholds")
+    report = _setting(config, "socialbias_report")
+    strict = config.getoption("socialbias_strict")
+    return RunSettings(
+        target=_setting(config, "socialbias_target") or None,
+        judge=_setting(config, "socialbias_judge") or None,
+        user=_setting(config, "socialbias_user_model") or None,
+        concurrency=_int_setting(config, "socialbias_concurrency", "--socialbias-concurrency") or 16,
+        record=record,
+        cache_dir=root / _setting(config, "socialbias_cache_dir"),
+        thresholds=(root / thresholds_raw) if thresholds_raw else root / "thresholds.yaml",
+        thresholds_explicit=bool(thresholds_raw),
+        report=Path(report) if report else None,
+        strict=bool(strict if strict is not None else config.getini("socialbias_strict")),
+        batch_size=_int_setting(config, "socialbias_batch_size", "--socialbias-batch-size"),
+        system_prompt=_setting(config, "socialbias_system_prompt") or None,
+    )
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for category in CATEGORIES:
+        config.addinivalue_line("markers", f"{category}: social-bias cases of the {category} category")
+    for style in STYLES:
+        config.addinivalue_line("markers", f"{style}: social-bias cases of the {style} user-simulator style")
+    config.addinivalue_line("markers", "socialbias: a social-bias suite case")
+    # A batch runs as a whole on one process, so xdist must never split it. Each batch is
+    # its own collector node, and xdist's 'loadscope' keeps a node's items on one worker.
+    # ('loadgroup' would do too, but it tags node ids in a way pytest 9.2 ignores.)
+    if getattr(config.option, "dist", None) in ("load", "worksteal", "loadgroup"):
+        config.option.dist = "loadscope"
+    try:
+        run = SocialBiasRun(_settings(config), _is_worker(config))
+        run.validate()
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[RUN_KEY] = run
+    if not run.is_worker:
+        config.pluginmanager.register(Controller(run), "socialbias-controller")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = config.stash.get(RUN_KEY, None)
+    if run is not None:
+        run.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    run = config.stash.get(RUN_KEY, None)
+    if run is None or not run.specs:
+        return []
+    roles = ", ".join(f"{role}={spec}" for role, spec in sorted(run.specs.items()))
+    return [f"socialbias: {roles}; record={run.settings.record}, cache={run.settings.cache_dir}"]
+
+
+# ---- collection --------------------------------------------------------------------
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if looks_like_suite(file_path):
+        return SuiteFile.from_parent(parent, path=file_path)
+    return None
+
+
+class SuiteFile(pytest.File):
+    """A YAML suite file: one Batch node per (style, chunk), one item per case."""
+
+    def collect(self):
+        try:
+            suite = load_suite(self.path)
+        except ConfigError as exc:
+            raise self.CollectError(str(exc)) from None
+        run = self.config.stash[RUN_KEY]
+        size = run.settings.batch_size or suite.batch_size
+        by_style: dict[str | None, list] = {}
+        for case in suite.cases:
+            by_style.setdefault(case.style, []).append(case)
+        for style, cases in by_style.items():
+            for start in range(0, len(cases), size):
+                name = f"{style or 'batch'}-{start // size}"
+                yield Batch.from_parent(self, name=name, cases=cases[start : start + size])
+
+
+class Batch(pytest.Collector):
+    """Cases that run together, concurrently, when the first of them runs.
+
+    Its node id is the scope xdist's loadscope distribution keeps on one worker.
+    """
+
+    def __init__(self, *, cases: list, **kwargs):
+        super().__init__(**kwargs)
+        self.cases = cases
+
+    def collect(self):
+        for case in self.cases:
+            item = CaseItem.from_parent(self, name=case.id, case=case, batch_id=self.nodeid)
+            item.add_marker("socialbias")
+            item.add_marker(case.category)
+            if case.style:
+                item.add_marker(case.style)
+            yield item
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case, batch_id: str, **kwargs):
+        super().__init__(**kwargs)
+        self.case = case
+        self.batch_id = batch_id
+        self.record: dict | None = None
+
+    def setup(self) -> None:
+        run = self.config.stash[RUN_KEY]
+        missing = run.missing_roles()
+        if missing:
+            pytest.fail(f"no model given for {', '.join(missing)}: pass e.g. {missing[0]}=openai:MODEL", pytrace=False)
+        self.record = run.record_for(self)
+        errors = self.record["errors"]
+        if self.record["outcome"] == "error":
+            text = "; ".join(f"[{e['kind']}] {e['message']}" for e in errors)
+            pytest.fail(f"case could not be labelled: {text}", pytrace=False)
+
+    def runtest(self) -> None:
+        run = self.config.stash[RUN_KEY]
+        if self.record["outcome"] == "biased" and run.settings.strict:
+            turns = [i + 1 for i, b in enumerate(self.record["labels"]["bias"]) if b]
+            pytest.fail(
+                f"judged biased at turn(s) {turns} (--socialbias-strict)\n" + _transcript(self.record),
+                pytrace=False,
+            )
+
+    def reportinfo(self):
+        return self.path, None, f"{self.case.suite}::{self.name}"
+
+
+def _transcript(record: dict) -> str:
+    lines = []
+    for number, turn in enumerate(record["turns"], start=1):
+        lines.append(f"  [{number}] user: {turn['user']}")
+        lines.append(f"  [{number}] target: {turn['assistant']}")
+    return "\n".join(lines)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    run = config.stash[RUN_KEY]
+    cases = [item for item in items if isinstance(item, CaseItem)]
+    if not cases:
+        return
+    missing = run.missing_roles()
+    if missing and not _is_worker(config):
+        raise pytest.UsageError(
+            f"{len(cases)} social-bias case(s) collected but no model given for "
+            f"{', '.join(missing)}: pass e.g. --target=openai:MODEL --judge=openai:MODEL "
+            "(or socialbias_target / socialbias_judge in the ini file)"
+        )
+    keys = set()
+    for item in cases:
+        if item.case.key in keys:
+            raise pytest.UsageError(
+                f"case {item.case.key} is collected twice (two suite files with the same "
+                f"suite name and case id?): {item.nodeid}; give each suite a unique `suite:` name"
+            )
+        keys.add(item.case.key)
+        run.batches.setdefault(item.batch_id, []).append(item)
+
+
+# ---- running and reporting ----------------------------------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if isinstance(item, CaseItem):
+        run = item.config.stash[RUN_KEY]
+        if run.progress is None and not _is_worker(item.config):
+            run.progress = _progress_writer(item.config)
+
+
+def _progress_writer(config: pytest.Config):
+    """A one-line progress display, only on an interactive terminal (CI logs stay clean)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None or not reporter.isatty() or config.option.verbose < 0:
+        return lambda text: None
+    state = {"width": 0}
+
+    def show(text: str | None) -> None:
+        with capman.global_and_fixture_disabled() if capman else _nullcontext():
+            line = "" if text is None else text
+            pad = max(0, state["width"] - len(line))
+            reporter._tw.write("\r" + line + " " * pad + ("\r" if text is None else ""))
+            reporter._tw.flush()
+            state["width"] = len(line)
+
+    return show
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    if isinstance(item, CaseItem) and item.record is not None:
+        # Exactly one report per case carries the record: the call phase, or the setup
+        # phase when setup failed (then there is no call phase).
+        if call.when == "call" or (call.when == "setup" and report.failed):
+            setattr(report, RECORD_ATTR, item.record)
+    return report
+
+
+def pytest_report_teststatus(report, config):
+    record = getattr(report, RECORD_ATTR, None)
+    if record is None or report.when != "call" or not report.passed:
+        return None
+    if record["outcome"] == "biased":
+        return "biased", "B", ("BIASED", {"yellow": True})
+    if record["outcome"] == "refused":
+        return "refused", "R", ("REFUSED", {"cyan": True})
+    return None
+
+
+class Controller:
+    """Hooks of the process that aggregates: the xdist controller, or the only process.
+
+    Registered only there, so workers never aggregate or gate. Records arrive through
+    pytest_runtest_logreport, which xdist replays on the controller for every worker
+    report: the same path serves -n 0, -n N and -p no:xdist.
+    """
+
+    def __init__(self, run: SocialBiasRun):
+        self.run = run
+
+    def pytest_runtest_logreport(self, report) -> None:
+        record = getattr(report, RECORD_ATTR, None)
+        if record is not None:
+            self.run.records.append(record)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        result = yield
+        run = self.run
+        if not run.records:
+            return result
+        # Gates are checked here, not in sessionfinish, where the exit status is fixed.
+        if run.finish():
+            session.testsfailed += 1  # a crossed gate makes the exit status 1
+        if run.settings.report is not None:
+            from .report.json_report import write_report
+
+            write_report(run, run.settings.report)
+        return result
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        run = self.run
+        if not run.records:
+            return
+        from .report.terminal import summary_lines
+
+        terminalreporter.write_sep("=", "socialbias summary")
+        for line in summary_lines(run):
+            red = line.rstrip().endswith("FAIL")
+            terminalreporter.write_line(line, red=red, bold=red)
+        if run.settings.report is not None:
+            terminalreporter.write_line(f"JSON report: {run.settings.report}")
+
+
+# ---- fixtures ---------------------------------------------------------------------
+
+
+def _model_fixture(request: pytest.FixtureRequest, role: str):
+    run = request.config.stash[RUN_KEY]
+    try:
+        return run.model(role)
+    except ConfigError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def target_model(request):
+    """The model under test (``--target``): ``await m.chat(messages)`` or ``m.chat_sync(...)``."""
+    return _model_fixture(request, "target")
+
+
+@pytest.fixture(scope="session")
+def judge_model(request):
+    """The judge model (``--judge``), with the same interface as ``target_model``."""
+    return _model_fixture(request, "judge")
+
+
+@pytest.fixture(scope="session")
+def user_model(request):
+    """The user-simulator model (``--user-model``, default the judge's spec)."""
+    return _model_fixture(request, "user")
+
+
+if sys.version_info < (3, 10):  # pragma: no cover
+    raise ImportError("pytest-socialbias needs Python 3.10 or newer")

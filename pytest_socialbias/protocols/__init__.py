@@ -1,0 +1,38 @@
+"""What one case does. Each protocol is a pure async function ``(case, roles, usage) -> record``.
+
+Records are builtins-only dicts (they cross xdist's wire and go into the JSON report):
+``id, suite, protocol, category, group, style, outcome, labels, turns, errors, templates``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import smoke
+
+
+@dataclass
+class Roles:
+    """The models of a run, by role, plus the target's optional system prompt."""
+
+    target: object
+    judge: object
+    user: object
+    system_prompt: str | None = None
+
+
+PROTOCOLS = {"smoke": smoke.run}
+
+#: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
+#: stayed unreadable; such cases are counted and listed, never folded into a rate.
+OUTCOMES = ("clean", "biased", "refused", "error")
+
+
+def outcome_of(labels: dict, errors: list) -> str:
+    if errors:
+        return "error"
+    if any(labels.get("bias") or []):
+        return "biased"
+    if any(labels.get("refusal") or []):
+        return "refused"
+    return "clean"

@@ -1,0 +1,1 @@
+"""Reports: the JSON report and the terminal summary."""

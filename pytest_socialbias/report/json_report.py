@@ -1,0 +1,40 @@
+"""The JSON report: deterministic (sorted keys, sorted cases, no timings, no cache counts).
+
+A replayed run (``--socialbias-record=none``) and runs with ``-n 0``, ``-n 2`` or
+``-p no:xdist`` give the same file for the same answers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import __version__
+from ..metrics import outcome_counts
+
+REPORT_FORMAT = 1
+
+#: Record fields that go into the report's ``cases`` (``usage`` counts cache hits, which
+#: differ between a first and a replayed run, so it stays in the terminal summary only).
+CASE_FIELDS = ("id", "suite", "protocol", "category", "group", "style", "outcome", "labels", "errors", "turns")
+
+
+def build_report(run) -> dict:
+    cases = [{k: record.get(k) for k in CASE_FIELDS} for record in run.records]
+    templates = sorted({t for record in run.records for t in record.get("templates", [])})
+    return {
+        "format": REPORT_FORMAT,
+        "plugin_version": __version__,
+        "models": {role: spec.to_dict() for role, spec in sorted(run.specs.items())},
+        "prompt_templates": templates,
+        "summary": {"cases": len(cases), "outcomes": outcome_counts(run.records)},
+        "cases": cases,
+        "metrics": run.metrics,
+        "gates": run.gate_results,
+    }
+
+
+def write_report(run, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(build_report(run), sort_keys=True, indent=2, ensure_ascii=False)
+    path.write_text(text + "\n", encoding="utf-8")

@@ -1,0 +1,60 @@
+"""One asyncio event loop per process, in a background thread.
+
+Model clients (httpx connection pools) are bound to the loop that first uses them, so a
+persistent loop lets every batch of the run reuse the same clients and connections. The
+pytest thread submits a batch and waits for it (and can draw a progress line meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+
+class LoopRunner:
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="socialbias-loop", daemon=True
+                )
+                self._thread.start()
+            return self._loop
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro, timeout: float | None = None):
+        """Run a coroutine on the loop and wait for its result (from a non-loop thread)."""
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except BaseException:
+            future.cancel()
+            raise
+
+    def close(self, cleanup=None) -> None:
+        """Run an optional async cleanup (closing clients), then stop the loop."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None:
+            return
+        if cleanup is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(cleanup(), loop).result(10)
+            except Exception:  # closing connections must never fail a run
+                pass
+        loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(5)
+        if not loop.is_running():
+            loop.close()

@@ -1,0 +1,239 @@
+"""The run's state: models, batches, records, aggregation and gating.
+
+One ``SocialBiasRun`` per process, kept under a StashKey on the pytest config. Workers
+run batches and attach each case's record to its TestReport; the controller (or the
+single process with ``-n 0``/``-p no:xdist``) collects the records from
+``pytest_runtest_logreport``, computes metrics, checks the gates and writes the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cache import CallCache
+from .errors import ConfigError, ModelCallError
+from .gates import FAIL, Gate, evaluate, load_gates
+from .metrics import compute_metrics
+from .models import Model, ModelSettings, ModelSpec, UsageCounter, parse_spec
+from .protocols import PROTOCOLS, Roles, outcome_of
+from .protocols.smoke import TARGET_DEFAULTS, USER_DEFAULTS
+from .runner import LoopRunner
+
+ROLE_OPTIONS = {"target": "--target", "judge": "--judge", "user": "--user-model"}
+ROLE_DEFAULTS = {"target": TARGET_DEFAULTS, "user": USER_DEFAULTS, "judge": {}}
+
+
+@dataclass
+class RunSettings:
+    """Resolved options (command line over ini over defaults)."""
+
+    target: str | None = None
+    judge: str | None = None
+    user: str | None = None
+    concurrency: int = 16
+    record: str = "new"
+    cache_dir: Path = Path(".socialbias")
+    thresholds: Path | None = None
+    thresholds_explicit: bool = False
+    report: Path | None = None
+    strict: bool = False
+    batch_size: int | None = None
+    system_prompt: str | None = None
+
+
+class SocialBiasRun:
+    def __init__(self, settings: RunSettings, is_worker: bool):
+        self.settings = settings
+        self.is_worker = is_worker
+        self.specs: dict[str, ModelSpec] = {}
+        self.gates: list[Gate] = []
+        self.runner = LoopRunner()
+        self._models: dict[str, Model] | None = None
+        self._model_settings: ModelSettings | None = None
+        # Batches this process may run: batch id -> selected items, in collection order.
+        self.batches: dict[str, list] = {}
+        # Records of cases this process ran, by case key.
+        self.results: dict[str, dict] = {}
+        # Controller side: records collected from reports, metrics, gate verdicts.
+        self.records: list[dict] = []
+        self.metrics: list[dict] = []
+        self.gate_results: list[dict] = []
+        self.progress = None  # callable(str | None) set by the plugin when on a terminal
+
+    # ---- configuration -------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Parse specs, check keys, load gates and open the cache: ConfigError if bad."""
+        s = self.settings
+        raw = {"target": s.target, "judge": s.judge, "user": s.user or s.judge}
+        for role, text in raw.items():
+            if text:
+                option = ROLE_OPTIONS[role] if (role != "user" or s.user) else "--judge"
+                spec = parse_spec(text, option)
+                from .models import check_credentials
+
+                check_credentials(spec, option)
+                self.specs[role] = spec
+        if s.thresholds is not None and (s.thresholds.exists() or s.thresholds_explicit):
+            if not s.thresholds.exists():
+                raise ConfigError(
+                    f"--socialbias-thresholds={s.thresholds}: file not found; give an existing "
+                    "thresholds.yaml or leave the option out"
+                )
+            self.gates = load_gates(s.thresholds)
+        if s.record != "off" and not self.is_worker:
+            CallCache(s.cache_dir, s.record).close()  # fail now if the folder is unusable
+
+    def missing_roles(self) -> list[str]:
+        """Options that must be given before suite cases can run."""
+        return [ROLE_OPTIONS[r] for r in ("target", "judge") if r not in self.specs]
+
+    # ---- models ----------------------------------------------------------------------
+
+    @property
+    def model_settings(self) -> ModelSettings:
+        if self._model_settings is None:
+            cache = None
+            if self.settings.record != "off":
+                cache = CallCache(self.settings.cache_dir, self.settings.record)
+            self._model_settings = ModelSettings(cache=cache, concurrency=self.settings.concurrency)
+        return self._model_settings
+
+    def model(self, role: str) -> Model:
+        if role not in self.specs:
+            raise ConfigError(
+                f"no model for the {role} role: pass {ROLE_OPTIONS[role]}=PROVIDER:MODEL "
+                "(or set it in the ini file)"
+            )
+        if self._models is None:
+            self._models = {}
+        if role not in self._models:
+            self._models[role] = Model(
+                role,
+                self.specs[role],
+                ROLE_OPTIONS[role],
+                self.model_settings,
+                defaults=ROLE_DEFAULTS[role],
+                runner=self.runner,
+            )
+        return self._models[role]
+
+    def roles(self) -> Roles:
+        return Roles(
+            target=self.model("target"),
+            judge=self.model("judge"),
+            user=self.model("user"),
+            system_prompt=self.settings.system_prompt,
+        )
+
+    # ---- running batches --------------------------------------------------------------
+
+    def record_for(self, item) -> dict:
+        """The record of ``item``'s case; runs the item's whole batch on first use."""
+        key = item.case.key
+        if key not in self.results:
+            pending = [i.case for i in self.batches.get(item.batch_id, [item]) if i.case.key not in self.results]
+            if item.case not in pending:
+                pending.append(item.case)
+            self._run_cases(item.batch_id, pending)
+        return self.results[key]
+
+    def _run_cases(self, batch_id: str, cases: list) -> None:
+        roles = self.roles()
+        done = {"cases": 0}
+
+        async def one(case):
+            record = await run_case(case, roles)
+            done["cases"] += 1
+            return record
+
+        async def all_cases():
+            return await asyncio.gather(*(one(c) for c in cases))
+
+        future = self.runner.submit(all_cases())
+        started = time.monotonic()
+        try:
+            while True:
+                try:
+                    records = future.result(timeout=0.25)
+                    break
+                except concurrent.futures.TimeoutError:
+                    if self.progress is not None:
+                        totals = self.model_settings.totals.to_dict()
+                        calls = sum(r["calls"] for r in totals.values())
+                        hits = sum(r["hits"] for r in totals.values())
+                        self.progress(
+                            f"[socialbias] {batch_id}: {done['cases']}/{len(cases)} cases, "
+                            f"{calls} calls ({hits} cached), {time.monotonic() - started:.0f}s"
+                        )
+        except BaseException:
+            future.cancel()
+            raise
+        finally:
+            if self.progress is not None:
+                self.progress(None)
+        for case, record in zip(cases, records):
+            self.results[case.key] = record
+
+    def close(self) -> None:
+        async def close_models():
+            for model in (self._models or {}).values():
+                await model.aclose()
+
+        self.runner.close(close_models)
+        if self._model_settings is not None and self._model_settings.cache is not None:
+            self._model_settings.cache.close()
+
+    # ---- controller: aggregation and gates ---------------------------------------------
+
+    def finish(self) -> bool:
+        """Compute metrics and gate verdicts from collected records; True if a gate failed."""
+        self.records.sort(key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
+        self.metrics = compute_metrics(self.records)
+        self.gate_results = evaluate(self.gates, self.metrics)
+        return any(g["verdict"] == FAIL for g in self.gate_results)
+
+
+async def run_case(case, roles: Roles) -> dict:
+    """Run one case with its protocol; always returns a record (errors inside it)."""
+    usage = UsageCounter()
+    identity = {
+        "id": case.id,
+        "suite": case.suite,
+        "protocol": case.protocol,
+        "category": case.category,
+        "group": case.group,
+        "style": case.style,
+    }
+    try:
+        result = await PROTOCOLS[case.protocol](case, roles, usage)
+    except ModelCallError as exc:
+        result = {
+            "labels": {"bias": [], "refusal": []},
+            "turns": [],
+            "errors": [{"kind": "model_error", "role": exc.role, "message": str(exc)}],
+            "templates": [],
+        }
+    except Exception as exc:  # a bug must show as this case's error, not kill the batch
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result = {
+            "labels": {"bias": [], "refusal": []},
+            "turns": [],
+            "errors": [
+                {
+                    "kind": "internal_error",
+                    "role": None,
+                    "message": f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})",
+                }
+            ],
+            "templates": [],
+        }
+    record = {**identity, **result}
+    record["outcome"] = outcome_of(record["labels"], record["errors"])
+    record["usage"] = usage.to_dict()
+    return record
