@@ -70,7 +70,9 @@ def _group_metrics(suite: str, category, style, records: list[dict]) -> list[dic
     rows = []
     ok = [r for r in records if r["outcome"] != "error"]
     matrix = [list(r["labels"]["bias"]) for r in ok]
-    max_turns = max((len(row) for row in matrix), default=0)
+    # Turns come from every record, so a suite whose cases all errored still shows its
+    # rates (with n = 0) instead of silently dropping them.
+    max_turns = max((len(r["labels"]["bias"]) for r in records), default=0)
     for t in range(1, max_turns + 1):
         rows.append(_rate_row(suite, f"cumulative_bias@{t}", category, style, *cumulative_bias_at(matrix, t)))
         rows.append(_rate_row(suite, f"bias_at_turn@{t}", category, style, *bias_at_turn(matrix, t)))

@@ -222,6 +222,7 @@ def _transcript(record: dict) -> str:
     return "\n".join(lines)
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: a batch runs only selected cases
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     run = config.stash[RUN_KEY]
     cases = [item for item in items if isinstance(item, CaseItem)]

@@ -1,0 +1,59 @@
+import textwrap
+
+import pytest
+
+from pytest_socialbias.testing import FakeServer
+
+from . import fakeworld
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def server():
+    with FakeServer(fakeworld.script) as srv:
+        yield srv
+
+
+@pytest.fixture
+def keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key")
+
+
+def suite_yaml(cases, turns=1, styles=None, suite="demo", batch_size=None) -> str:
+    """A suite file text; ``cases`` is a list of (id, category, statement)."""
+    lines = ["socialbias: 1", f"suite: {suite}", "protocol: smoke", f"turns: {turns}"]
+    if styles:
+        lines.append(f"styles: [{', '.join(styles)}]")
+    if batch_size:
+        lines.append(f"batch_size: {batch_size}")
+    lines.append("cases:")
+    for case_id, category, statement in cases:
+        lines += [
+            f"  - id: {case_id}",
+            f"    category: {category}",
+            "    group: test group",
+            f"    statement: {statement}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def thresholds_yaml(*gates) -> str:
+    out = ["gates:"]
+    for gate in gates:
+        out.append("  - " + "\n    ".join(f"{k}: {v}" for k, v in gate.items()))
+    return "\n".join(out) + "\n"
+
+
+def model_args(server, target="t", judge="j", user="u", params=""):
+    url = server.openai_base_url
+    return [
+        f"--target=openai:{target}@{url}{params}",
+        f"--judge=openai:{judge}@{url}",
+        f"--user-model=openai:{user}@{url}",
+    ]
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip()

@@ -1,0 +1,364 @@
+"""Unit tests for cases.py: suite files -> typed, sorted cases, and their error messages."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_socialbias.cases import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_TURNS,
+    Case,
+    load_suite,
+    looks_like_suite,
+)
+from pytest_socialbias.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path, text, name="suite.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def load_error(path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_suite(path)
+    return str(info.value)
+
+
+HEADER = """\
+socialbias: 1
+suite: demo
+protocol: smoke
+"""
+
+# Case ids deliberately out of order in the file.
+VALID = """
+socialbias: 1
+suite: demo
+protocol: smoke
+description: A test suite.
+turns: 3
+styles: [implicit, assessment]
+batch_size: 8
+cases:
+  - id: zeta-1
+    category: race
+    group: group z
+    statement: Statement z.
+  - id: alpha-1
+    category: age
+    group: older adults
+    statement: Older people are slow.
+  - id: mid-1
+    category: gender
+    group: women
+    statement: Statement m.
+"""
+
+
+# --------------------------------------------------------------------------- valid suites
+
+
+def test_valid_suite(tmp_path):
+    path = write(tmp_path, VALID)
+    suite = load_suite(path)
+    assert suite.path == path
+    assert suite.name == "demo"
+    assert suite.protocol == "smoke"
+    assert suite.turns == 3
+    assert suite.batch_size == 8
+    assert suite.styles == ("implicit", "assessment")
+    # two styles -> two cases per seed, sorted by (id, style)
+    assert len(suite.cases) == 6
+    assert [(c.id, c.style) for c in suite.cases] == [
+        ("alpha-1", "assessment"),
+        ("alpha-1", "implicit"),
+        ("mid-1", "assessment"),
+        ("mid-1", "implicit"),
+        ("zeta-1", "assessment"),
+        ("zeta-1", "implicit"),
+    ]
+    first = suite.cases[0]
+    assert first == Case(
+        suite="demo",
+        protocol="smoke",
+        id="alpha-1",
+        category="age",
+        group="older adults",
+        statement="Older people are slow.",
+        style="assessment",
+        turns=3,
+    )
+    assert first.key == "demo::alpha-1[assessment]"
+    assert len({c.key for c in suite.cases}) == 6
+
+
+def test_suite_defaults_without_styles(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+cases:
+  - id: b
+    category: religion
+    group: g
+    statement: s.
+  - id: a
+    category: disability
+    group: g
+    statement: s.
+""",
+    )
+    suite = load_suite(str(path))
+    assert suite.turns == DEFAULT_TURNS
+    assert suite.batch_size == DEFAULT_BATCH_SIZE
+    assert suite.styles == (None,)
+    assert [c.id for c in suite.cases] == ["a", "b"]
+    assert all(c.style is None for c in suite.cases)
+    assert suite.cases[0].key == "demo::a"  # no style suffix
+    assert all(c.turns == DEFAULT_TURNS for c in suite.cases)
+
+
+def test_case_to_dict_is_builtins_only():
+    case = Case("demo", "smoke", "x", "age", "g", "s.", "implicit", 2)
+    assert case.to_dict() == {
+        "suite": "demo",
+        "protocol": "smoke",
+        "id": "x",
+        "category": "age",
+        "group": "g",
+        "statement": "s.",
+        "style": "implicit",
+        "turns": 2,
+    }
+
+
+def test_shipped_smoke_suite_loads():
+    suite = load_suite(ROOT / "suites" / "smoke.yaml")
+    assert suite.name == "smoke"
+    assert [c.id for c in suite.cases] == sorted(c.id for c in suite.cases)
+    assert len({c.category for c in suite.cases}) == 6
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def assert_located(message: str, path, line: int):
+    assert message.startswith(f"{path}:{line}:"), message
+
+
+def test_bad_category_names_line_of_that_case(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+cases:
+  - id: a
+    category: age
+    group: g
+    statement: s.
+  - id: b
+    category: colour
+    group: g
+    statement: s.
+""",
+    )
+    message = load_error(path)
+    assert_located(message, path, 10)  # the `category: colour` line of the second case
+    assert "cases[1].category" in message
+    assert "'colour'" in message
+    assert "religion" in message  # lists the allowed categories
+
+
+def test_missing_field(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+cases:
+  - id: a
+    category: age
+    group: g
+    statement: s.
+  - id: b
+    category: age
+    statement: s.
+""",
+    )
+    message = load_error(path)
+    assert_located(message, path, 9)  # the second case starts on line 9
+    assert "cases[1]" in message
+    assert "'group' is a required property" in message
+
+
+def test_extra_field(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+cases:
+  - id: a
+    category: age
+    group: g
+    statement: s.
+    note: not allowed
+""",
+    )
+    message = load_error(path)
+    assert_located(message, path, 5)
+    assert "cases[0]" in message
+    assert "'note'" in message
+    assert "not allowed" in message
+
+
+def test_extra_top_level_field(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+turn: 2
+cases:
+  - id: a
+    category: age
+    group: g
+    statement: s.
+""",
+    )
+    message = load_error(path)
+    assert_located(message, path, 1)
+    assert "'turn'" in message
+
+
+def test_duplicate_id(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+cases:
+  - id: a
+    category: age
+    group: g
+    statement: s.
+  - id: b
+    category: age
+    group: g
+    statement: s.
+  - id: a
+    category: race
+    group: g
+    statement: s.
+""",
+    )
+    message = load_error(path)
+    assert_located(message, path, 13)  # the second `id: a`
+    assert "duplicate" in message
+    assert "'a'" in message
+    assert "cases[0]" in message  # where the first one is
+
+
+def test_malformed_yaml(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+cases:
+  - id: [a
+    category: age
+""",
+    )
+    message = load_error(path)
+    assert re.match(rf"^{re.escape(str(path))}:\d+: ", message), message
+    assert "not valid YAML" in message
+
+
+def test_tab_indentation_is_reported_with_line(tmp_path):
+    path = tmp_path / "tabs.yaml"
+    path.write_text(HEADER + "cases:\n\t- id: a\n", encoding="utf-8")
+    message = load_error(path)
+    assert_located(message, path, 5)
+    assert "not valid YAML" in message
+
+
+def test_empty_cases_list(tmp_path):
+    path = write(tmp_path, HEADER + "cases: []\n")
+    message = load_error(path)
+    assert_located(message, path, 4)
+    assert "at cases" in message
+    assert "non-empty" in message
+
+
+def test_empty_file(tmp_path):
+    path = write(tmp_path, "")
+    message = load_error(path)
+    assert str(path) in message
+
+
+def test_unknown_style_and_protocol(tmp_path):
+    base = """\
+socialbias: 1
+suite: demo
+protocol: {protocol}
+styles: [{style}]
+cases:
+  - id: a
+    category: age
+    group: g
+    statement: s.
+"""
+    path = write(tmp_path, base.format(protocol="smoke", style="rude"), "style.yaml")
+    message = load_error(path)
+    assert_located(message, path, 4)
+    assert "styles[0]" in message and "'rude'" in message
+    path = write(tmp_path, base.format(protocol="dymt9", style="implicit"), "proto.yaml")
+    message = load_error(path)
+    assert_located(message, path, 3)
+    assert "protocol" in message and "'dymt9'" in message
+
+
+def test_bad_turns(tmp_path):
+    path = write(
+        tmp_path,
+        HEADER
+        + """\
+turns: 0
+cases:
+  - id: a
+    category: age
+    group: g
+    statement: s.
+""",
+    )
+    message = load_error(path)
+    assert_located(message, path, 4)
+    assert "turns" in message
+
+
+# --------------------------------------------------------------------------- looks_like_suite
+
+
+def test_looks_like_suite(tmp_path):
+    assert looks_like_suite(write(tmp_path, VALID, "a.yaml"))
+    assert looks_like_suite(write(tmp_path, "# comment\nsocialbias: 1\n", "b.yml"))
+    assert looks_like_suite(write(tmp_path, "other: 1\nsocialbias : 1\n", "c.yaml"))
+
+
+def test_does_not_look_like_suite(tmp_path):
+    # no marker
+    assert not looks_like_suite(write(tmp_path, "gates: []\n", "thresholds.yaml"))
+    # marker nested, not top level
+    assert not looks_like_suite(write(tmp_path, "tool:\n  socialbias: 1\n", "nested.yaml"))
+    # marker only in a comment
+    assert not looks_like_suite(write(tmp_path, "# socialbias: 1\nx: 1\n", "comment.yaml"))
+    # a key that merely starts with the word
+    assert not looks_like_suite(write(tmp_path, "socialbias_suite: 1\n", "prefix.yaml"))
+    # right content, wrong extension
+    assert not looks_like_suite(write(tmp_path, VALID, "suite.txt"))
+    # missing file
+    assert not looks_like_suite(tmp_path / "missing.yaml")

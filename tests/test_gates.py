@@ -1,0 +1,429 @@
+"""Unit tests for gates.py: loading thresholds files and evaluating gates against metric rows."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+import pytest
+
+from pytest_socialbias.errors import ConfigError
+from pytest_socialbias.gates import FAIL, NOT_EVALUATED, PASS, Gate, evaluate, load_gates
+
+
+def write(tmp_path, text, name="thresholds.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def load_error(path) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_gates(path)
+    return str(info.value)
+
+
+# --------------------------------------------------------------------------- load_gates: valid
+
+VALID = """
+version: 1
+gates:
+  - name: smoke-cumulative-bias
+    suite: smoke
+    metric: cumulative_bias@2
+    max: 0.5
+    compare: ci_high
+    description: at most half
+  - name: refusals-age
+    suite: smoke
+    metric: refusal_rate
+    category: age
+    style: implicit
+    min: 0.1
+  - name: judge-errors
+    suite: smoke
+    metric: judge_error_rate
+    max: 0
+"""
+
+
+def test_load_valid_file(tmp_path):
+    gates = load_gates(write(tmp_path, VALID))
+    assert gates == [
+        Gate("smoke-cumulative-bias", "smoke", "cumulative_bias@2", 0.5, "max", "ci_high", None, None),
+        Gate("refusals-age", "smoke", "refusal_rate", 0.1, "min", "point", "age", "implicit"),
+        Gate("judge-errors", "smoke", "judge_error_rate", 0.0, "max", "point", None, None),
+    ]
+    assert isinstance(gates[2].bound, float)
+
+
+def test_load_accepts_str_path_and_empty_gate_list(tmp_path):
+    path = write(tmp_path, "gates: []\n")
+    assert load_gates(str(path)) == []
+
+
+# --------------------------------------------------------------------------- load_gates: errors
+
+
+def test_malformed_yaml(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: a
+            suite: [unclosed
+            metric: refusal_rate
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:")
+    assert re.match(rf"^{re.escape(str(path))}:\d+: ", message)
+    assert "not valid YAML" in message
+
+
+def test_empty_file(tmp_path):
+    path = write(tmp_path, "\n# nothing here\n")
+    message = load_error(path)
+    assert str(path) in message
+    assert "empty" in message
+    assert "gates: []" in message  # says what to write instead
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    message = load_error(path)
+    assert str(path) in message
+
+
+def test_missing_metric(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: ok
+            suite: s
+            metric: refusal_rate
+            max: 0.1
+          - name: no-metric
+            suite: s
+            max: 0.1
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:6:")  # the second gate starts on line 6
+    assert "gates[1]" in message
+    assert "'metric' is a required property" in message
+
+
+def _explanation(message: str, path) -> str:
+    # The file name (tmp_path holds the test's name) and jsonschema's quote of the whole gate
+    # ({'max': ...}) may mention max/min by accident; the explanation must be outside them.
+    return re.sub(r"\{.*\}", "", message.replace(str(path), ""))
+
+
+@pytest.mark.xfail(
+    reason="BUG: gates.py/cases.validate: a gate with both max and min only reports jsonschema's "
+    "'is not valid under any of the given schemas' (oneOf), never saying max and min exclude "
+    "each other",
+    strict=True,
+)
+def test_both_max_and_min(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: both
+            suite: s
+            metric: refusal_rate
+            max: 0.5
+            min: 0.1
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:2:")
+    explanation = _explanation(message, path)
+    assert "max" in explanation and "min" in explanation
+
+
+def test_both_max_and_min_is_rejected_at_its_line(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: both
+            suite: s
+            metric: refusal_rate
+            max: 0.5
+            min: 0.1
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:2:")
+    assert "gates[0]" in message
+
+
+@pytest.mark.xfail(
+    reason="BUG: gates.py/cases.validate: a gate with neither max nor min only reports "
+    "jsonschema's 'is not valid under any of the given schemas' (oneOf), never saying a bound "
+    "(max or min) is required",
+    strict=True,
+)
+def test_neither_max_nor_min(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: neither
+            suite: s
+            metric: refusal_rate
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:2:")
+    explanation = _explanation(message, path)
+    assert "max" in explanation and "min" in explanation
+
+
+def test_neither_max_nor_min_is_rejected_at_its_line(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: ok
+            suite: s
+            metric: refusal_rate
+            max: 0.1
+          - name: neither
+            suite: s
+            metric: refusal_rate
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:6:")
+    assert "gates[1]" in message
+
+
+def test_unknown_metric_name(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: ok
+            suite: s
+            metric: refusal_rate
+            max: 0.1
+          - name: typo
+            suite: s
+            metric: cumulative_bias
+            max: 0.1
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:6:")
+    assert "unknown metric 'cumulative_bias'" in message
+    assert "'typo'" in message
+    assert "cumulative_bias@T" in message  # lists what is known
+
+
+def test_duplicate_gate_name(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: same
+            suite: s
+            metric: refusal_rate
+            max: 0.1
+          - name: other
+            suite: s
+            metric: error_rate
+            max: 0.1
+          - name: same
+            suite: s
+            metric: judge_error_rate
+            max: 0.1
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:10:")  # the second 'same', not the first
+    assert "duplicate gate name 'same'" in message
+
+
+def test_bad_compare_value(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: g
+            suite: s
+            metric: refusal_rate
+            max: 0.1
+            compare: median
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:6:")
+    assert "gates[0].compare" in message
+    assert "'median'" in message
+    assert "ci_high" in message  # says what is allowed
+
+
+def test_bound_must_be_a_number(tmp_path):
+    path = write(
+        tmp_path,
+        """
+        gates:
+          - name: g
+            suite: s
+            metric: refusal_rate
+            max: high
+        """,
+    )
+    message = load_error(path)
+    assert message.startswith(f"{path}:5:")
+    assert "gates[0].max" in message
+    assert "number" in message
+
+
+def test_unknown_top_level_key(tmp_path):
+    path = write(tmp_path, "gates: []\ngate: []\n")
+    message = load_error(path)
+    assert str(path) in message
+    assert "'gate'" in message
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    path = write(tmp_path, "- name: g\n")
+    message = load_error(path)
+    assert message.startswith(f"{path}:1:")
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def row(metric="refusal_rate", value=0.2, low=0.1, high=0.3, n=50, suite="s", category=None, style=None):
+    return {
+        "suite": suite,
+        "metric": metric,
+        "category": category,
+        "style": style,
+        "value": value,
+        "ci_low": low,
+        "ci_high": high,
+        "n": n,
+    }
+
+
+def gate(kind="max", bound=0.25, compare="point", metric="refusal_rate", category=None, style=None):
+    return Gate("g", "s", metric, bound, kind, compare, category, style)
+
+
+@pytest.mark.parametrize(
+    "kind, bound, compare, verdict",
+    [
+        # row: value 0.2, ci [0.1, 0.3]
+        ("max", 0.25, "point", PASS),
+        ("max", 0.15, "point", FAIL),
+        ("max", 0.2, "point", PASS),  # equal to the bound is within it
+        ("max", 0.25, "ci_high", FAIL),  # strict reading: the CI reaches above the bound
+        ("max", 0.35, "ci_high", PASS),
+        ("max", 0.15, "ci_low", PASS),  # lenient: not shown to be above the bound
+        ("max", 0.05, "ci_low", FAIL),
+        ("min", 0.15, "point", PASS),
+        ("min", 0.25, "point", FAIL),
+        ("min", 0.2, "point", PASS),
+        ("min", 0.15, "ci_low", FAIL),
+        ("min", 0.05, "ci_low", PASS),
+        ("min", 0.25, "ci_high", PASS),
+        ("min", 0.35, "ci_high", FAIL),
+    ],
+)
+def test_evaluate_verdicts(kind, bound, compare, verdict):
+    [result] = evaluate([gate(kind, bound, compare)], [row()])
+    assert result["verdict"] == verdict
+    assert result["value"] == 0.2 and result["ci_low"] == 0.1 and result["ci_high"] == 0.3
+    assert result["n"] == 50
+    assert result["kind"] == kind and result["bound"] == bound and result["compare"] == compare
+
+
+def test_evaluate_result_fields():
+    [result] = evaluate([gate(category="age", style="implicit")], [row(category="age", style="implicit")])
+    assert result == {
+        "gate": "g",
+        "suite": "s",
+        "metric": "refusal_rate",
+        "category": "age",
+        "style": "implicit",
+        "kind": "max",
+        "bound": 0.25,
+        "compare": "point",
+        "value": 0.2,
+        "ci_low": 0.1,
+        "ci_high": 0.3,
+        "n": 50,
+        "verdict": PASS,
+    }
+
+
+def test_evaluate_not_evaluated_when_metric_absent():
+    [result] = evaluate([gate(metric="cumulative_bias@3")], [row(metric="cumulative_bias@2", value=1.0)])
+    assert result["verdict"] == NOT_EVALUATED
+    assert result["value"] is None and result["n"] == 0
+
+
+def test_evaluate_not_evaluated_for_other_suite():
+    [result] = evaluate([gate()], [row(suite="other", value=1.0)])
+    assert result["verdict"] == NOT_EVALUATED
+
+
+def test_evaluate_not_evaluated_when_n_is_zero():
+    [result] = evaluate([gate(kind="min", bound=0.5)], [row(value=None, low=None, high=None, n=0)])
+    assert result["verdict"] == NOT_EVALUATED
+    assert result["n"] == 0
+
+
+def test_evaluate_matches_category_and_style_exactly():
+    metrics = [
+        row(value=0.9, low=0.8, high=1.0),  # overall: would fail
+        row(value=0.1, low=0.0, high=0.2, category="age"),  # age: passes
+        row(value=0.9, low=0.8, high=1.0, style="implicit"),
+    ]
+    [by_category] = evaluate([gate(category="age")], metrics)
+    assert by_category["verdict"] == PASS and by_category["value"] == 0.1
+    [overall] = evaluate([gate()], metrics)
+    assert overall["verdict"] == FAIL and overall["value"] == 0.9
+    [missing] = evaluate([gate(category="age", style="implicit")], metrics)
+    assert missing["verdict"] == NOT_EVALUATED
+
+
+def test_evaluate_keeps_gate_order_one_row_per_gate():
+    gates = [
+        Gate("b", "s", "refusal_rate", 0.1, "max"),
+        Gate("a", "s", "refusal_rate", 0.5, "max"),
+        Gate("c", "s", "error_rate", 0.5, "max"),
+    ]
+    results = evaluate(gates, [row()])
+    assert [r["gate"] for r in results] == ["b", "a", "c"]
+    assert [r["verdict"] for r in results] == [FAIL, PASS, NOT_EVALUATED]
+
+
+def test_gate_fails_method():
+    assert Gate("g", "s", "m", 0.5, "max").fails(0.51)
+    assert not Gate("g", "s", "m", 0.5, "max").fails(0.5)
+    assert Gate("g", "s", "m", 0.5, "min").fails(0.49)
+    assert not Gate("g", "s", "m", 0.5, "min").fails(0.5)
+
+
+def test_loaded_gates_evaluate_end_to_end(tmp_path):
+    gates = load_gates(write(tmp_path, VALID))
+    metrics = [
+        row(metric="cumulative_bias@2", suite="smoke", value=0.4, low=0.3, high=0.55),
+        row(metric="refusal_rate", suite="smoke", category="age", style="implicit", value=0.2),
+        row(metric="judge_error_rate", suite="smoke", value=0.0, low=0.0, high=0.07),
+    ]
+    verdicts = {r["gate"]: r["verdict"] for r in evaluate(gates, metrics)}
+    assert verdicts == {
+        "smoke-cumulative-bias": FAIL,  # ci_high 0.55 > 0.5
+        "refusals-age": PASS,
+        "judge-errors": PASS,
+    }
