@@ -14,7 +14,7 @@ import pytest
 
 from pytest_socialbias.cache import CACHE_FILE, CallCache, cache_key, canonical_json
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.models import Model, ModelSettings, parse_spec
+from pytest_socialbias.models import Model, ModelSettings, check_credentials, parse_spec
 
 REQUEST = {
     "provider": "openai",
@@ -224,8 +224,8 @@ def test_request_never_contains_the_api_key(monkeypatch):
     secret = "sk-PLANTED-SECRET-0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     target = Model("target", parse_spec("openai:m@http://127.0.0.1:9/v1"), "--target", ModelSettings(), {})
-    # the key is really in use: the backend was built with it
-    assert target.backend._client.api_key == secret
+    # the key is really in use for this model (it would be sent to the server)
+    assert check_credentials(target.spec, "--target") == secret
     request = target.request(MESSAGES, template="judge_bias@1", sample=2, top_logprobs=3, max_tokens=5)
     text = canonical_json(request)
     assert secret not in text

@@ -122,6 +122,15 @@ def test_parse_binary_typographic_quotes():
 
 
 @pytest.mark.xfail(
+    reason="BUG: judges/parse.py _OBJECT is the non-greedy regex \\{.*?\\}, so a valid JSON answer "
+    "whose string value contains '}' is cut at that brace and read as unparseable",
+    strict=True,
+)
+def test_parse_binary_json_with_brace_inside_a_string():
+    assert parse_binary('{"biased": false, "reason": "no {group} stereotype is endorsed"}', "biased") is False
+
+
+@pytest.mark.xfail(
     reason="BUG: judges/parse.py _WORD uses \\b after the word; '_' is a word character, so "
     "Markdown emphasis with underscores (_No_, __Yes__) is unreadable although the leading '_' "
     "is stripped as markup",

@@ -151,6 +151,45 @@ def test_second_identical_call_is_a_cache_hit(api_keys, tmp_path):
     cache.close()
 
 
+def test_record_all_mode_calls_again_and_overwrites(api_keys, tmp_path):
+    directory = tmp_path / "cache"
+    answers = ["old answer", "new answer"]
+    with FakeServer(script=lambda req: answers[min(req.index, 1)]) as server:
+        run(make_model(openai_spec(server), cache=CallCache(directory, "new")), lambda m: m.chat(MESSAGES))
+        rerecorded = run(make_model(openai_spec(server), cache=CallCache(directory, "all")),
+                         lambda m: m.chat(MESSAGES))
+        assert server.request_count == 2  # 'all' ignored the recorded answer
+        replayed = run(make_model(openai_spec(server), cache=CallCache(directory, "none")),
+                       lambda m: m.chat(MESSAGES))
+        assert server.request_count == 2
+    assert rerecorded.text == "new answer"
+    assert replayed.text == "new answer"  # ... and overwrote it
+
+
+def test_concurrency_limit_bounds_calls_in_flight(api_keys):
+    state = {"now": 0, "peak": 0}
+
+    async def script(req):
+        state["now"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        await asyncio.sleep(0.05)
+        state["now"] -= 1
+        return f"answer {req.index}"
+
+    with FakeServer(script=script) as server:
+        model = Model("target", parse_spec(openai_spec(server)), "--target",
+                      ModelSettings(concurrency=2), defaults={})
+
+        async def body(m):
+            prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(6)]
+            return await asyncio.gather(*(m.chat(p) for p in prompts))
+
+        answers = run(model, body)
+        assert server.request_count == 6
+    assert len(answers) == 6
+    assert state["peak"] == 2
+
+
 def test_replay_only_mode(api_keys, tmp_path):
     directory = tmp_path / "cache"
     with FakeServer(script="Recorded.") as server:
@@ -304,6 +343,20 @@ def test_api_key_is_sent_but_never_stored(monkeypatch, tmp_path):
     assert b"Bearer" not in stored
 
 
+@pytest.mark.xfail(
+    reason="BUG: models/client.py Model.chat_sync without a runner calls asyncio.run each time, but "
+    "the backend's httpx client stays bound to the first (closed) loop, so the second call fails "
+    "with 'Event loop is closed'",
+    raises=ModelCallError,
+    strict=True,
+)
+def test_chat_sync_without_runner_works_twice(api_keys):
+    with FakeServer(script="ok") as server:
+        model = make_model(openai_spec(server))
+        assert model.chat_sync(MESSAGES).text == "ok"
+        assert model.chat_sync([{"role": "user", "content": "again"}]).text == "ok"
+
+
 # --------------------------------------------------------------------------- Anthropic
 
 
@@ -331,7 +384,8 @@ def test_anthropic_system_message_goes_to_system_field(api_keys):
     assert all(m["role"] != "system" for m in request.messages)
     assert request.params["max_tokens"] == 250
     assert request.params["temperature"] == 0.7
-    assert request.headers["x-api-key"] == "sk-ant-test"
+    # the key from ANTHROPIC_API_KEY was sent (x-api-key or a bearer token, by SDK version)
+    assert "sk-ant-test" in request.headers.get("x-api-key", "") + request.headers.get("authorization", "")
     assert response.text == "No, they are not."
     assert response.finish_reason == "stop"
     assert response.logprobs is None

@@ -1,0 +1,147 @@
+"""Bad input gives one clear message naming the place and the fix, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import model_args, suite_yaml
+
+GOOD_SUITE = suite_yaml([("age-001", "age", "Plain.")])
+
+
+def assert_usage_error(result, *needles):
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    text = result.stderr.str()
+    for needle in needles:
+        assert needle in text, text
+    assert "Traceback" not in text + result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    "spec, needles",
+    [
+        ("gpt-4o", ["--target='gpt-4o' is not a model spec", "PROVIDER:MODEL"]),
+        ("cohere:command", ["--target=cohere:command", "unknown provider 'cohere'", "openai:MODEL@URL"]),
+        ("openai:m@http://127.0.0.1:1/v1?temprature=1", ["unknown parameter 'temprature'", "temperature"]),
+        ("openai:m@http://127.0.0.1:1/v1?temperature=9", ["temperature=9 is out of range"]),
+        ("openai:m@http://127.0.0.1:1/v1?max_tokens=lots", ["max_tokens='lots' is not a valid int"]),
+    ],
+)
+def test_bad_model_spec(pytester, keys, spec, needles):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", f"--target={spec}", "--judge=openai:j@http://127.0.0.1:1/v1")
+    assert_usage_error(result, *needles)
+
+
+@pytest.mark.parametrize(
+    "option, spec, env",
+    [
+        ("--target", "openai:gpt-4o-mini", "OPENAI_API_KEY"),
+        ("--judge", "anthropic:claude-x", "ANTHROPIC_API_KEY"),
+    ],
+)
+def test_missing_api_key(pytester, monkeypatch, option, spec, env):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    other = "--judge=openai:j@http://127.0.0.1:1/v1" if option == "--target" else "--target=openai:t@http://127.0.0.1:1/v1"
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", f"{option}={spec}", other)
+    assert_usage_error(result, option, env)
+
+
+def test_missing_target_when_cases_are_collected(pytester, keys):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml")
+    assert_usage_error(result, "no model given for --target, --judge")
+
+
+def test_no_model_options_needed_for_ordinary_tests(pytester):
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(
+    "option, needles",
+    [
+        ("--socialbias-record=sometimes", ["--socialbias-record='sometimes'", "none, new, all, off"]),
+        ("--socialbias-concurrency=0", ["--socialbias-concurrency='0'", ">= 1"]),
+        ("--socialbias-batch-size=x", ["--socialbias-batch-size='x'"]),
+        ("--socialbias-thresholds=nope.yaml", ["--socialbias-thresholds=", "nope.yaml: file not found"]),
+    ],
+)
+def test_bad_options(pytester, keys, server, option, needles):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", *model_args(server), option)
+    assert_usage_error(result, *needles)
+
+
+def test_options_can_come_from_the_ini_file(pytester, keys, server):
+    url = server.openai_base_url
+    pytester.makeini(
+        f"""
+        [pytest]
+        socialbias_target = openai:t@{url}
+        socialbias_judge = openai:j@{url}
+        socialbias_user_model = openai:u@{url}
+        socialbias_record = off
+        socialbias_concurrency = 2
+        """
+    )
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml")
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / ".socialbias").exists()  # record = off: no cache written
+    assert {r.model for r in server.requests} == {"u", "t", "j"}
+
+
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("gates: [\n", ["thresholds.yaml:", "not valid YAML"]),
+        ("", ["thresholds.yaml: the thresholds file is empty"]),
+        ("gates:\n  - name: g\n    suite: s\n    metric: bias_rate_typo\n    max: 0.1\n",
+         ["thresholds.yaml:2", "unknown metric 'bias_rate_typo'", "cumulative_bias@T"]),
+        ("gates:\n  - name: g\n    suite: s\n    metric: refusal_rate\n",
+         ["thresholds.yaml:2", "gates[0]"]),
+        ("gates:\n  - name: g\n    suite: s\n    metric: refusal_rate\n    max: 0.1\n    compare: upper\n",
+         ["thresholds.yaml:6", "gates[0].compare", "'upper' is not one of"]),
+    ],
+)
+def test_bad_thresholds_file(pytester, keys, server, text, needles):
+    pytester.makefile(".yaml", demo=GOOD_SUITE, thresholds=text)
+    result = pytester.runpytest("demo.yaml", *model_args(server))
+    assert_usage_error(result, *needles)
+
+
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases:\n  - id: a\n    category: gendr\n    group: g\n    statement: s\n",
+         ["demo.yaml:6", "cases[0].category", "'gendr' is not one of"]),
+        ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases: [\n", ["demo.yaml:", "not valid YAML"]),
+        ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases: []\n", ["demo.yaml:4", "cases", "should be non-empty"]),
+        ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases:\n  - id: a\n    category: age\n    group: g\n    statement: s\n"
+         "  - id: a\n    category: age\n    group: g\n    statement: t\n",
+         ["demo.yaml:9", "duplicate case id 'a'"]),
+        ("socialbias: 1\nsuite: demo\nprotocol: dymt2\ncases:\n  - id: a\n    category: age\n    group: g\n    statement: s\n",
+         ["demo.yaml:3", "protocol", "'dymt2' is not one of"]),
+    ],
+)
+def test_bad_suite_file_is_a_collection_error_naming_file_and_line(pytester, keys, server, text, needles):
+    pytester.makefile(".yaml", demo=text)
+    result = pytester.runpytest("demo.yaml", *model_args(server))
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest's exit status for collection errors
+    out = result.stdout.str()
+    for needle in needles:
+        assert needle in out, out
+    assert "Traceback" not in out
+    assert server.request_count == 0
+
+
+def test_yaml_without_marker_is_not_collected(pytester, keys, server):
+    pytester.makefile(".yaml", other="name: some ci workflow\non: push\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest(*model_args(server))
+    result.assert_outcomes(passed=1)
