@@ -9,10 +9,11 @@ strict reading (fail unless the rate is shown to be below the bound); ``max`` wi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cases import read_yaml, validate, yaml_line
+from .cases import CATEGORIES, STYLES, read_yaml, validate, yaml_line
 from .errors import ConfigError
 from .metrics import is_known_metric
 
@@ -39,10 +40,30 @@ def load_gates(path: str | Path) -> list[Gate]:
     data, node = read_yaml(path, "thresholds file")
     if data is None:
         raise ConfigError(f"{path}: the thresholds file is empty; write `gates: []` for no gates")
+    if isinstance(data, dict) and isinstance(data.get("gates"), list):
+        for index, raw in enumerate(data["gates"]):
+            if isinstance(raw, dict) and ("max" in raw) == ("min" in raw):
+                line = yaml_line(node, ["gates", index])
+                raise ConfigError(
+                    f"{path}:{line}: at gates[{index}]: gate {raw.get('name')!r} needs exactly one "
+                    "bound: set either max: (the metric must stay at or below it) or min: (at or above)"
+                )
     validate(data, "thresholds", str(path), node)
     gates, names = [], set()
     for index, raw in enumerate(data["gates"]):
         line = yaml_line(node, ["gates", index])
+        kind = "max" if "max" in raw else "min"
+        if not math.isfinite(raw[kind]):
+            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind} must be a finite number, got {raw[kind]}")
+        if raw.get("category") is not None and raw["category"] not in CATEGORIES:
+            raise ConfigError(
+                f"{path}:{line}: gate {raw['name']!r}: unknown category {raw['category']!r}; "
+                f"known: {', '.join(CATEGORIES)}"
+            )
+        if raw.get("style") is not None and raw["style"] not in STYLES:
+            raise ConfigError(
+                f"{path}:{line}: gate {raw['name']!r}: unknown style {raw['style']!r}; known: {', '.join(STYLES)}"
+            )
         if not is_known_metric(raw["metric"]):
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown metric {raw['metric']!r}; known: "
@@ -51,7 +72,6 @@ def load_gates(path: str | Path) -> list[Gate]:
         if raw["name"] in names:
             raise ConfigError(f"{path}:{line}: duplicate gate name {raw['name']!r}; gate names must be unique")
         names.add(raw["name"])
-        kind = "max" if "max" in raw else "min"
         gates.append(
             Gate(
                 name=raw["name"],

@@ -37,7 +37,9 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # Clamp so rounding never puts an end on the wrong side of the estimate (10/10 gave
+    # an upper end of 0.9999999999999999).
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
 def cumulative_bias_at(matrix: list[list[int]], t: int) -> tuple[int, int]:

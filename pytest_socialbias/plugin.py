@@ -345,7 +345,7 @@ class Controller:
 
         terminalreporter.write_sep("=", "socialbias summary")
         for line in summary_lines(run):
-            red = line.rstrip().endswith("FAIL")
+            red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
             terminalreporter.write_line(line, red=red, bold=red)
         if run.settings.report is not None:
             terminalreporter.write_line(f"JSON report: {run.settings.report}")

@@ -121,12 +121,6 @@ def _explanation(message: str, path) -> str:
     return re.sub(r"\{.*\}", "", message.replace(str(path), ""))
 
 
-@pytest.mark.xfail(
-    reason="BUG: gates.py/cases.validate: a gate with both max and min only reports jsonschema's "
-    "'is not valid under any of the given schemas' (oneOf), never saying max and min exclude "
-    "each other",
-    strict=True,
-)
 def test_both_max_and_min(tmp_path):
     path = write(
         tmp_path,
@@ -162,12 +156,6 @@ def test_both_max_and_min_is_rejected_at_its_line(tmp_path):
     assert "gates[0]" in message
 
 
-@pytest.mark.xfail(
-    reason="BUG: gates.py/cases.validate: a gate with neither max nor min only reports "
-    "jsonschema's 'is not valid under any of the given schemas' (oneOf), never saying a bound "
-    "(max or min) is required",
-    strict=True,
-)
 def test_neither_max_nor_min(tmp_path):
     path = write(
         tmp_path,
@@ -285,11 +273,6 @@ def test_bound_must_be_a_number(tmp_path):
     assert "number" in message
 
 
-@pytest.mark.xfail(
-    reason="BUG: gates.py load_gates accepts a NaN bound (YAML .nan passes the 'number' schema); "
-    "every comparison with NaN is False, so Gate.fails never fires and the gate always passes",
-    strict=True,
-)
 def test_nan_bound_is_rejected(tmp_path):
     path = write(
         tmp_path,
@@ -447,3 +430,15 @@ def test_loaded_gates_evaluate_end_to_end(tmp_path):
         "refusals-age": PASS,
         "judge-errors": PASS,
     }
+
+
+@pytest.mark.parametrize("field, value", [("category", "Age"), ("style", "implicitt")])
+def test_unknown_category_or_style_filter_is_an_error(tmp_path, field, value):
+    path = tmp_path / "thresholds.yaml"
+    path.write_text(
+        f"gates:\n  - name: g\n    suite: s\n    metric: refusal_rate\n    {field}: {value}\n    max: 0.1\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_gates(path)
+    assert f"{path}:2" in str(info.value)
+    assert f"unknown {field} {value!r}" in str(info.value)

@@ -111,31 +111,15 @@ def test_parse_binary_none_text():
     assert parse_binary(None, "biased") is None
 
 
-@pytest.mark.xfail(
-    reason="BUG: judges/parse.py _LEADING_NOISE strips ASCII quotes but not typographic ones, "
-    "so a judge answering “No” is unreadable although the docstring promises quotes are skipped",
-    strict=True,
-)
 def test_parse_binary_typographic_quotes():
     assert parse_binary("“No”", "biased") is False
     assert parse_binary("‘Yes’", "biased") is True
 
 
-@pytest.mark.xfail(
-    reason="BUG: judges/parse.py _OBJECT is the non-greedy regex \\{.*?\\}, so a valid JSON answer "
-    "whose string value contains '}' is cut at that brace and read as unparseable",
-    strict=True,
-)
 def test_parse_binary_json_with_brace_inside_a_string():
     assert parse_binary('{"biased": false, "reason": "no {group} stereotype is endorsed"}', "biased") is False
 
 
-@pytest.mark.xfail(
-    reason="BUG: judges/parse.py _WORD uses \\b after the word; '_' is a word character, so "
-    "Markdown emphasis with underscores (_No_, __Yes__) is unreadable although the leading '_' "
-    "is stripped as markup",
-    strict=True,
-)
 def test_parse_binary_underscore_emphasis():
     assert parse_binary("__No__", "biased") is False
     assert parse_binary("_Yes_", "biased") is True
@@ -192,11 +176,6 @@ def test_parse_scale_custom_range():
     assert parse_scale("11", "x", low=0, high=10) is None
 
 
-@pytest.mark.xfail(
-    reason="BUG: judges/parse.py parse_scale reads the plain answer '3.5' as 3 (regex ^(\\d+)\\b "
-    "stops at the dot), while JSON 3.5 is rejected: a fractional answer is truncated, i.e. guessed",
-    strict=True,
-)
 def test_parse_scale_does_not_truncate_fractions():
     assert parse_scale("3.5", "warmth") is None
 

@@ -172,7 +172,14 @@ def test_20_percent_transient_faults_still_label_every_case(pytester, keys):
 def test_endpoint_that_always_fails_errors_items_and_counts_them(pytester, keys):
     pytester.makefile(".yaml", demo=suite_yaml(CASES[:3]))
     with FakeServer(lambda req: Fault("server_error", status=503)) as srv:
-        result, report = run(pytester, srv, "--socialbias-record=off", *[])
+        url = srv.openai_base_url
+        result = pytester.runpytest(
+            "demo.yaml", f"--target=openai:t@{url}?max_retries=1", f"--judge=openai:j@{url}?max_retries=1",
+            f"--user-model=openai:u@{url}?max_retries=1", "--socialbias-record=off", "--socialbias-report=r.json",
+        )
+        report = json.loads((pytester.path / "r.json").read_text())
+        # Each case's first call (the user simulator) was tried twice, then the case stopped.
+        assert srv.request_count == 3 * 2
     assert_outcomes(result, errors=3)
     result.stdout.fnmatch_lines(["*HTTP 503*", "3 cases: 0 clean, 0 biased, 0 refused, 3 errors"])
     assert all(c["outcome"] == "error" for c in report["cases"])

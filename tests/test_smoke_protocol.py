@@ -343,13 +343,6 @@ def test_api_key_is_sent_but_never_stored(monkeypatch, tmp_path):
     assert b"Bearer" not in stored
 
 
-@pytest.mark.xfail(
-    reason="BUG: models/client.py Model.chat_sync without a runner calls asyncio.run each time, but "
-    "the backend's httpx client stays bound to the first (closed) loop, so the second call fails "
-    "with 'Event loop is closed'",
-    raises=ModelCallError,
-    strict=True,
-)
 def test_chat_sync_without_runner_works_twice(api_keys):
     with FakeServer(script="ok") as server:
         model = make_model(openai_spec(server))

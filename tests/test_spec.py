@@ -261,3 +261,14 @@ def test_model_constructor_fails_early_without_key(no_keys):
         Model("judge", parse_spec("anthropic:claude-x"), "--judge", ModelSettings())
     assert "--judge" in str(info.value)
     assert "ANTHROPIC_API_KEY" in str(info.value)
+
+
+def test_base_url_without_scheme_is_rejected_not_sent_to_the_public_api():
+    with pytest.raises(ConfigError) as info:
+        parse_spec("openai:m@localhost:8000/v1", option="--judge")
+    assert "--judge=openai:m@localhost:8000/v1" in str(info.value)
+    assert "openai:m@http://localhost:8000/v1" in str(info.value)
+
+
+def test_model_names_with_at_sign_stay_allowed():
+    assert parse_spec("anthropic:claude-x@20240620").model == "claude-x@20240620"

@@ -12,21 +12,29 @@ from __future__ import annotations
 import json
 import re
 
-_LEADING_NOISE = re.compile(r"^[\s*_`\"'>#:\-\[\(]*")
-_WORD = re.compile(r"^(yes|no|true|false)\b", re.IGNORECASE)
-_OBJECT = re.compile(r"\{.*?\}", re.DOTALL)
+_LEADING_NOISE = re.compile(r"^[\s*_`\"'“‘«>#:\-\[\(]*")
+# The word must not run on into a letter or digit ("yesterday", "None"); "_" may follow
+# (Markdown emphasis such as _No_).
+_WORD = re.compile(r"^(yes|no|true|false)(?![A-Za-z0-9])", re.IGNORECASE)
+_SCALE = re.compile(r"^(\d+)(?![.,]?\d)")
 _TRUE = {"yes", "true", "1", "y", "biased", "refusal"}
 _FALSE = {"no", "false", "0", "n", "not biased", "not_biased", "none"}
 
 
+_DECODER = json.JSONDecoder()
+
+
 def _json_object(text: str) -> dict | None:
-    for match in _OBJECT.finditer(text):
+    """The first JSON object in ``text`` (braces inside its strings are fine)."""
+    start = text.find("{")
+    while start != -1:
         try:
-            value = json.loads(match.group(0))
+            value, _end = _DECODER.raw_decode(text, start)
         except ValueError:
-            continue
+            value = None
         if isinstance(value, dict):
             return value
+        start = text.find("{", start + 1)
     return None
 
 
@@ -82,7 +90,7 @@ def parse_scale(text: str, key: str, low: int = 1, high: int = 5) -> int | None:
             if isinstance(value, str) and value.strip().isdigit() and low <= int(value) <= high:
                 return int(value)
         return None
-    match = re.match(r"^(\d+)\b", _LEADING_NOISE.sub("", text))
+    match = _SCALE.match(_LEADING_NOISE.sub("", text))
     if match and low <= int(match.group(1)) <= high:
         return int(match.group(1))
     return None

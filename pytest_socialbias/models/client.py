@@ -207,7 +207,11 @@ class Model:
     def chat_sync(self, messages: list[dict], **kwargs) -> ChatResponse:
         """``chat`` for synchronous test code (runs on the plugin's event-loop thread)."""
         if self._runner is None:
-            return asyncio.run(self.chat(messages, **kwargs))
+            # The backend's HTTP client is bound to the loop of its first call, so every
+            # synchronous call must run on the same loop: a private loop thread.
+            from ..runner import LoopRunner
+
+            self._runner = LoopRunner()
         return self._runner.run(self.chat(messages, **kwargs))
 
     async def aclose(self) -> None:

@@ -108,6 +108,13 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     model = match["model"].strip()
     if not model:
         raise ConfigError(f"{option}={raw!r}: empty model name: {SPEC_HELP}")
+    if match["base_url"] is None and re.search(r"@(localhost|[\w.-]+:\d+)(/|$)", model):
+        # Without a scheme the URL would be read as part of the model name and the call
+        # would go to the provider's public API instead.
+        raise ConfigError(
+            f"{option}={raw}: the base URL needs its scheme, e.g. "
+            f"{provider}:{model.split('@')[0]}@http://{model.split('@', 1)[1]}"
+        )
     base_url = match["base_url"].rstrip("/") if match["base_url"] else None
     params: dict = {}
     transport: dict = {}

@@ -44,13 +44,6 @@ def summary_lines(run) -> list[str]:
         f"{len(records)} cases: {counts['clean']} clean, {counts['biased']} biased, "
         f"{counts['refused']} refused, {counts['error']} errors"
     )
-    rows = [
-        [m["suite"], m["metric"], _pct(m["value"]), _interval(m), str(m["n"])]
-        for m in key_metric_rows(run.metrics)
-    ]
-    if rows:
-        lines.append("")
-        lines += _table(["suite", "metric", "value", "95% CI", "n"], rows)
     errors = [(r, e) for r in records for e in r.get("errors", [])]
     if errors:
         lines.append("")
@@ -59,6 +52,18 @@ def summary_lines(run) -> list[str]:
             lines.append(f"  {record['suite']}::{record['id']}: [{error['kind']}] {error['message']}")
         if len(errors) > MAX_ERRORS_SHOWN:
             lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
+    lines.append("")
+    if run.gate_results:
+        lines += gate_lines(run.gate_results)
+    else:
+        lines.append("gates: none configured (add thresholds.yaml or --socialbias-thresholds)")
+    rows = [
+        [m["suite"], m["metric"], _pct(m["value"]), _interval(m), str(m["n"])]
+        for m in key_metric_rows(run.metrics)
+    ]
+    if rows:
+        lines.append("")
+        lines += _table(["suite", "metric", "value", "95% CI", "n"], rows)
     usage: dict[str, dict] = {}
     for record in records:
         for role, u in record.get("usage", {}).items():
@@ -75,11 +80,10 @@ def summary_lines(run) -> list[str]:
             ],
         )
         lines.append("(tokens are those of live calls; replayed calls cost none)")
-    lines.append("")
-    if run.gate_results:
-        lines += gate_lines(run.gate_results)
-    else:
-        lines.append("gates: none configured (add thresholds.yaml or --socialbias-thresholds)")
+    failed = sum(1 for g in run.gate_results if g["verdict"] == "fail")
+    if failed:
+        lines.append("")
+        lines.append(f"{failed} gate(s) crossed: exit status 1")
     return lines
 
 
