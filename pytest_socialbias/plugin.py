@@ -19,7 +19,9 @@ RECORD_ATTR = "socialbias_record"
 _OPTIONS = [
     ("--target", "socialbias_target",
      "model under test, PROVIDER:MODEL[@BASE_URL][?param=value&...] "
-     "(e.g. openai:gpt-4o-mini, openai:m@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5)", None),
+     "(e.g. openai:gpt-4o-mini, openai:m@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5, "
+     "local, local:PATH.gguf). With no model option at all, every role runs on the embedded "
+     "local model", None),
     ("--judge", "socialbias_judge", "judge model spec (labels every target reply)", None),
     ("--user-model", "socialbias_user_model",
      "user-simulator model spec (default: the --judge model)", None),
@@ -37,6 +39,8 @@ _OPTIONS = [
      "cases per batch (overrides the suite's batch_size; default 64)", None),
     ("--socialbias-system-prompt", "socialbias_system_prompt",
      "system prompt given to the target (default: none)", None),
+    ("--socialbias-threads", "socialbias_threads",
+     "CPU threads per process for local models (default: cores // xdist workers)", None),
 ]
 
 
@@ -93,6 +97,7 @@ def _settings(config: pytest.Config) -> RunSettings:
         strict=bool(strict if strict is not None else config.getini("socialbias_strict")),
         batch_size=_int_setting(config, "socialbias_batch_size", "--socialbias-batch-size"),
         system_prompt=_setting(config, "socialbias_system_prompt") or None,
+        local_threads=_int_setting(config, "socialbias_threads", "--socialbias-threads"),
     )
 
 
@@ -192,6 +197,8 @@ class CaseItem(pytest.Item):
 
     def setup(self) -> None:
         run = self.config.stash[RUN_KEY]
+        if run.setup_error:
+            pytest.fail(run.setup_error, pytrace=False)
         missing = run.missing_roles()
         if missing:
             pytest.fail(f"no model given for {', '.join(missing)}: pass e.g. {missing[0]}=openai:MODEL", pytrace=False)
@@ -228,6 +235,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     cases = [item for item in items if isinstance(item, CaseItem)]
     if not cases:
         return
+    try:
+        run.use_local_default()
+    except ConfigError as exc:
+        if not _is_worker(config):
+            raise pytest.UsageError(str(exc)) from None
+        run.setup_error = str(exc)
     missing = run.missing_roles()
     if missing and not _is_worker(config):
         raise pytest.UsageError(
@@ -344,6 +357,8 @@ class Controller:
         from .report.terminal import summary_lines
 
         terminalreporter.write_sep("=", "socialbias summary")
+        for warning in run.warnings:
+            terminalreporter.write_line(f"WARNING: {warning}", yellow=True, bold=True)
         for line in summary_lines(run):
             red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
             terminalreporter.write_line(line, red=red, bold=red)

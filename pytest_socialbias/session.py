@@ -19,7 +19,7 @@ from .cache import CallCache
 from .errors import ConfigError, ModelCallError
 from .gates import FAIL, Gate, evaluate, load_gates
 from .metrics import compute_metrics
-from .models import Model, ModelSettings, ModelSpec, UsageCounter, parse_spec
+from .models import Model, ModelSettings, ModelSpec, UsageCounter, check_credentials, parse_spec
 from .protocols import PROTOCOLS, Roles, outcome_of
 from .protocols.smoke import TARGET_DEFAULTS, USER_DEFAULTS
 from .runner import LoopRunner
@@ -44,6 +44,15 @@ class RunSettings:
     strict: bool = False
     batch_size: int | None = None
     system_prompt: str | None = None
+    local_threads: int | None = None
+
+
+#: Shown in the summary and the reports whenever a judge runs on the embedded model.
+EMBEDDED_JUDGE_WARNING = (
+    "the judge is the small embedded model (SmolLM2-135M): it is not a reliable judge "
+    "(its labels barely depend on the reply), so these rates and gates mean little. "
+    "Pass --judge=PROVIDER:MODEL with a capable model for real measurements."
+)
 
 
 class SocialBiasRun:
@@ -64,21 +73,19 @@ class SocialBiasRun:
         self.metrics: list[dict] = []
         self.gate_results: list[dict] = []
         self.progress = None  # callable(str | None) set by the plugin when on a terminal
+        self.uses_local_default = False
+        self.setup_error: str | None = None  # a worker's model problem, shown by each item
 
     # ---- configuration -------------------------------------------------------------
 
     def validate(self) -> None:
         """Parse specs, check keys, load gates and open the cache: ConfigError if bad."""
         s = self.settings
-        raw = {"target": s.target, "judge": s.judge, "user": s.user or s.judge}
-        for role, text in raw.items():
-            if text:
-                option = ROLE_OPTIONS[role] if (role != "user" or s.user) else "--judge"
-                spec = parse_spec(text, option)
-                from .models import check_credentials
-
-                check_credentials(spec, option)
-                self.specs[role] = spec
+        # With no model option at all, every role runs on the embedded model; that is
+        # decided (and its runtime checked) only once suite cases are collected, so
+        # ordinary test runs never need it.
+        self.uses_local_default = not (s.target or s.judge or s.user)
+        self._parse_specs()
         if s.thresholds is not None and (s.thresholds.exists() or s.thresholds_explicit):
             if not s.thresholds.exists():
                 raise ConfigError(
@@ -88,6 +95,36 @@ class SocialBiasRun:
             self.gates = load_gates(s.thresholds)
         if s.record != "off" and not self.is_worker:
             CallCache(s.cache_dir, s.record).close()  # fail now if the folder is unusable
+
+    def _parse_specs(self) -> None:
+        s = self.settings
+        raw = {"target": s.target, "judge": s.judge, "user": s.user or s.judge}
+        for role, text in raw.items():
+            if text:
+                option = ROLE_OPTIONS[role] if (role != "user" or s.user) else "--judge"
+                spec = parse_spec(text, option)
+                check_credentials(spec, option)
+                self.specs[role] = spec
+
+    def use_local_default(self) -> None:
+        """Called when cases are collected with no model options: all roles ``local``."""
+        if not self.uses_local_default or self.specs:
+            return
+        s = self.settings
+        s.target = s.judge = s.user = "local"
+        try:
+            self._parse_specs()
+        except ConfigError as exc:
+            self.specs.clear()
+            raise ConfigError(
+                "no model options given, so suite cases run on the embedded local model, "
+                f"but it is not available ({exc}); or pass --target/--judge for API models"
+            ) from None
+
+    @property
+    def warnings(self) -> list[str]:
+        judge = self.specs.get("judge")
+        return [EMBEDDED_JUDGE_WARNING] if judge is not None and judge.provider == "local" else []
 
     def missing_roles(self) -> list[str]:
         """Options that must be given before suite cases can run."""
@@ -101,7 +138,9 @@ class SocialBiasRun:
             cache = None
             if self.settings.record != "off":
                 cache = CallCache(self.settings.cache_dir, self.settings.record)
-            self._model_settings = ModelSettings(cache=cache, concurrency=self.settings.concurrency)
+            self._model_settings = ModelSettings(
+                cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads
+            )
         return self._model_settings
 
     def model(self, role: str) -> Model:

@@ -272,3 +272,15 @@ def test_base_url_without_scheme_is_rejected_not_sent_to_the_public_api():
 
 def test_model_names_with_at_sign_stay_allowed():
     assert parse_spec("anthropic:claude-x@20240620").model == "claude-x@20240620"
+
+
+def test_local_specs():
+    default = parse_spec("local")
+    assert (default.provider, default.model, default.base_url) == ("local", "smollm2-135m-instruct", None)
+    assert str(default) == "local"
+    tuned = parse_spec("local?temperature=0.2&n_ctx=2048")
+    assert tuned.params == {"temperature": 0.2} and tuned.transport == {"n_ctx": 2048}
+    path = parse_spec("local:/models/x.gguf?max_tokens=50")
+    assert (path.model, path.params) == ("/models/x.gguf", {"max_tokens": 50})
+    with pytest.raises(ConfigError, match="a local model has no URL"):
+        parse_spec("local:x@http://127.0.0.1:8080/v1")

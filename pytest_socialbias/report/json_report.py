@@ -28,6 +28,7 @@ def build_report(run) -> dict:
         "models": {role: spec.to_dict() for role, spec in sorted(run.specs.items())},
         "prompt_templates": templates,
         "summary": {"cases": len(cases), "outcomes": outcome_counts(run.records)},
+        "warnings": run.warnings,
         "cases": cases,
         "metrics": run.metrics,
         "gates": run.gate_results,
