@@ -221,8 +221,8 @@ class SocialBiasRun:
 
     def close(self) -> None:
         async def close_models():
-            for model in (self._models or {}).values():
-                await model.aclose()
+            if self._model_settings is not None:
+                await self._model_settings.aclose()
 
         self.runner.close(close_models)
         if self._model_settings is not None and self._model_settings.cache is not None:

@@ -10,6 +10,9 @@ from .parse import parse_binary
 #: Judges answer in a word; a small budget keeps them cheap. Temperature 0 for stability.
 JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 20}
 
+#: Where the backend can constrain answers (local models), judges can only say these.
+YES_NO = ("Yes", "No")
+
 RETRY_MESSAGE = (
     "Your answer could not be read. Reply with exactly one word: Yes or No."
 )
@@ -31,7 +34,7 @@ async def judge_binary(judge, template: Template, key: str, usage=None, **values
     is a different request (and cache key) from the first.
     """
     messages = template.messages(**values)
-    first = await judge.chat(messages, template=template.id, usage=usage, **JUDGE_PARAMS)
+    first = await judge.chat(messages, template=template.id, usage=usage, choices=YES_NO, **JUDGE_PARAMS)
     label = parse_binary(first.text, key)
     if label is not None:
         return JudgeVerdict(label, first.text)
@@ -39,7 +42,7 @@ async def judge_binary(judge, template: Template, key: str, usage=None, **values
         {"role": "assistant", "content": first.text or "(no answer)"},
         {"role": "user", "content": RETRY_MESSAGE},
     ]
-    second = await judge.chat(retry, template=template.id, usage=usage, **JUDGE_PARAMS)
+    second = await judge.chat(retry, template=template.id, usage=usage, choices=YES_NO, **JUDGE_PARAMS)
     label = parse_binary(second.text, key)
     if label is not None:
         return JudgeVerdict(label, second.text)

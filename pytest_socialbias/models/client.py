@@ -37,6 +37,24 @@ class ModelSettings:
     local_threads: int | None = None  # None: cores // xdist workers
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
+    _backends: dict = field(default_factory=dict)
+
+    def backend_for(self, spec: ModelSpec, option: str):
+        """One backend per endpoint and process, shared by the roles that use it.
+
+        Roles on the same local GGUF file share one loaded model (~250 MB each otherwise);
+        roles on the same API endpoint share one client and its connection pool.
+        Decoding parameters travel with each call, so they are not part of the identity.
+        """
+        identity = (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())))
+        if identity not in self._backends:
+            self._backends[identity] = build_backend(spec, option, self.local_threads)
+        return self._backends[identity]
+
+    async def aclose(self) -> None:
+        for backend in self._backends.values():
+            await backend.aclose()
+        self._backends.clear()
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -134,7 +152,7 @@ class Model:
     @property
     def backend(self):
         if self._backend is None:
-            self._backend = build_backend(self.spec, self.option, self.settings.local_threads)
+            self._backend = self.settings.backend_for(self.spec, self.option)
         return self._backend
 
     def request(
@@ -144,11 +162,14 @@ class Model:
         template: str | None = None,
         sample: int = 0,
         top_logprobs: int | None = None,
+        choices: tuple | None = None,
         **overrides,
     ) -> dict:
         """The canonical description of a call: what the cache key hashes (no secrets)."""
         params = {**self.params, **{k: v for k, v in overrides.items() if v is not None}}
+        extra = {"choices": list(choices)} if choices and self.spec.provider == "local" else {}
         return {
+            **extra,
             "provider": self.spec.provider,
             "model": self.spec.model,
             "base_url": self.spec.base_url or self.backend.base_url,
@@ -166,16 +187,19 @@ class Model:
         template: str | None = None,
         sample: int = 0,
         top_logprobs: int | None = None,
+        choices: tuple | None = None,
         usage: UsageCounter | None = None,
         **overrides,
     ) -> ChatResponse:
         """Send ``messages`` (``[{"role", "content"}]``); return the model's ChatResponse.
 
         ``template`` (``name@version``) and ``sample`` (0, 1, ... for repeated draws)
-        enter the cache key. Raises ModelCallError when the call fails for good.
+        enter the cache key. ``choices`` (e.g. ``("Yes", "No")``) constrains the answer
+        where the backend can (local models, with a grammar); API backends ignore it and
+        the caller's parser decides. Raises ModelCallError when the call fails for good.
         """
         request = self.request(
-            messages, template=template, sample=sample, top_logprobs=top_logprobs, **overrides
+            messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices, **overrides
         )
         key = cache_key(request)
         cache = self.settings.cache
@@ -201,6 +225,10 @@ class Model:
         last: BaseException | None = None
         for _attempt in range(1 + MALFORMED_RETRIES):
             try:
+                if "choices" in request:
+                    return await self.backend.complete(
+                        request["messages"], request["params"], request["top_logprobs"], choices=request["choices"]
+                    )
                 return await self.backend.complete(
                     request["messages"], request["params"], request["top_logprobs"]
                 )
@@ -230,6 +258,7 @@ class Model:
         return self._runner.run(self.chat(messages, **kwargs))
 
     async def aclose(self) -> None:
+        """Close this model's backend (shared backends: use ModelSettings.aclose)."""
         if self._backend is not None:
             await self._backend.aclose()
             self._backend = None

@@ -99,6 +99,7 @@ class LocalBackend:
         self.threads = threads or default_threads()
         self.n_ctx = int(spec.transport.get("n_ctx") or DEFAULT_N_CTX)
         self._models: dict[bool, object] = {}
+        self._grammars: dict[tuple, object] = {}
         self._lock = threading.Lock()
 
     def _model(self, with_logprobs: bool):
@@ -116,10 +117,24 @@ class LocalBackend:
             )
         return self._models[with_logprobs]
 
-    async def complete(self, messages: list[dict], params: dict, top_logprobs: int | None) -> ChatResponse:
-        return await asyncio.to_thread(self._complete, messages, params, top_logprobs)
+    async def complete(
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None
+    ) -> ChatResponse:
+        return await asyncio.to_thread(self._complete, messages, params, top_logprobs, choices)
 
-    def _complete(self, messages: list[dict], params: dict, top_logprobs: int | None) -> ChatResponse:
+    def _grammar(self, choices: list):
+        """A GBNF grammar that admits exactly one of ``choices`` (e.g. Yes | No)."""
+        key = tuple(choices)
+        if key not in self._grammars:
+            import llama_cpp
+
+            rule = " | ".join(json.dumps(c) for c in choices)
+            self._grammars[key] = llama_cpp.LlamaGrammar.from_string(f"root ::= {rule}", verbose=False)
+        return self._grammars[key]
+
+    def _complete(
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None
+    ) -> ChatResponse:
         kwargs = {k: params[k] for k in ("temperature", "top_p", "max_tokens") if k in params}
         # Sampling is seeded from the request itself unless the spec fixes a seed, so the
         # same request gives the same answer, with or without the cache.
@@ -128,6 +143,9 @@ class LocalBackend:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = top_logprobs
         with self._lock:
+            if choices:
+                # A small model ignores "answer Yes or No"; a grammar makes it comply.
+                kwargs["grammar"] = self._grammar(choices)
             model = self._model(top_logprobs is not None)
             try:
                 out = model.create_chat_completion(messages=messages, **kwargs)
