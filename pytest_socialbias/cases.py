@@ -16,11 +16,22 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from .baselines import TRACKS
 from .errors import ConfigError
 
 CATEGORIES = ("age", "appearance", "disability", "gender", "race", "religion")
+#: User-simulator styles (smoke, dymt) and scripted tracks (scripted): a case's ``style``.
 STYLES = ("assessment", "implicit")
+#: Category of cases whose source does not say (FairMT_1K files).
+UNSPECIFIED = "unspecified"
 DEFAULT_TURNS = 1
+#: Per protocol: default turns and styles when the suite file does not set them.
+PROTOCOL_DEFAULTS = {
+    "smoke": {"turns": 1, "styles": (None,)},
+    "dymt": {"turns": 5, "styles": STYLES},
+    "zeroshot": {"turns": 1, "styles": (None,)},
+    "scripted": {"turns": 5, "styles": TRACKS},
+}
 DEFAULT_BATCH_SIZE = 64
 
 _MARKER = re.compile(r"^socialbias\s*:", re.MULTILINE)
@@ -54,8 +65,9 @@ class Case:
     category: str
     group: str
     statement: str
-    style: str | None = None
+    style: str | None = None  # user-simulator style, or scripted track
     turns: int = DEFAULT_TURNS
+    user_turns: tuple | None = None  # fixed user turns given by the source (FairMT files)
 
     @property
     def key(self) -> str:
@@ -72,6 +84,7 @@ class Case:
             "statement": self.statement,
             "style": self.style,
             "turns": self.turns,
+            "user_turns": list(self.user_turns) if self.user_turns is not None else None,
         }
 
 
@@ -84,6 +97,7 @@ class Suite:
     styles: tuple
     batch_size: int
     cases: list = field(default_factory=list)  # list[Case], sorted by (id, style)
+    notes: list = field(default_factory=list)  # e.g. what a lenient loader skipped
 
 
 def yaml_line(root: yaml.Node | None, path) -> int:
@@ -139,27 +153,80 @@ def read_yaml(path: Path, what: str):
     return data, node
 
 
-def load_suite(path: str | Path) -> Suite:
+def load_seeds(path: Path, source: str) -> list[tuple[dict, list]]:
+    """Seeds from a seeds file: (seed, its location path) pairs, validated."""
+    data, node = read_yaml(path, "seeds file")
+    validate(data, "seeds", str(path), node)
+    return [(raw, ["seeds", i]) for i, raw in enumerate(data["seeds"])], node
+
+
+def load_suite(path: str | Path, *, turns: int | None = None, fairmt_dir: str | Path | None = None) -> Suite:
+    """Load a suite file. ``turns`` overrides the turns of ``dymt`` suites
+    (``--socialbias-turns``); ``fairmt_dir`` is where ``source: fairmt`` cases come from."""
     path = Path(path)
     data, node = read_yaml(path, "suite file")
     validate(data, "suite", str(path), node)
-    turns = data.get("turns", DEFAULT_TURNS)
-    styles = tuple(data.get("styles") or (None,))
-    seen: dict[str, int] = {}
+    protocol = data["protocol"]
+    defaults = PROTOCOL_DEFAULTS[protocol]
+    if protocol == "scripted" and "styles" in data:
+        raise ConfigError(f"{path}:{yaml_line(node, ['styles'])}: scripted suites take `tracks:`, not `styles:`")
+    if protocol != "scripted" and ("tracks" in data or "source" in data):
+        key = "tracks" if "tracks" in data else "source"
+        raise ConfigError(f"{path}:{yaml_line(node, [key])}: `{key}:` is only for protocol: scripted")
+    suite_turns = data.get("turns", defaults["turns"])
+    if protocol == "dymt" and turns is not None:
+        suite_turns = turns
+    if protocol == "zeroshot" and suite_turns != 1:
+        raise ConfigError(f"{path}:{yaml_line(node, ['turns'])}: the zero-shot probe has exactly one turn")
+    styles = tuple(data.get("tracks") or data.get("styles") or defaults["styles"])
+    if protocol == "scripted":
+        suite_turns = 5  # the scripted tracks have five user turns each
+    name = data["suite"]
+    notes: list[str] = []
+    if "source" in data:
+        cases, notes = _fairmt_cases(name, fairmt_dir)
+    else:
+        if "seeds" in data:
+            seeds_path = (path.parent / data["seeds"]).resolve()
+            if not seeds_path.is_file():
+                raise ConfigError(
+                    f"{path}:{yaml_line(node, ['seeds'])}: seeds file {data['seeds']!r} not found "
+                    f"(looked for {seeds_path}); the path is relative to the suite file"
+                )
+            entries, entries_node, source = *load_seeds(seeds_path, str(path)), seeds_path
+        else:
+            entries, entries_node, source = [(raw, ["cases", i]) for i, raw in enumerate(data["cases"])], node, path
+        cases = _seed_cases(entries, entries_node, source, name, protocol, styles, suite_turns)
+    # Sorted, so that every xdist worker collects the same list in the same order.
+    cases.sort(key=lambda c: (c.id, c.style or ""))
+    return Suite(
+        path=path,
+        name=name,
+        protocol=protocol,
+        turns=suite_turns,
+        styles=styles,
+        batch_size=data.get("batch_size", DEFAULT_BATCH_SIZE),
+        cases=cases,
+        notes=notes,
+    )
+
+
+def _seed_cases(entries, node, source: Path, suite: str, protocol: str, styles, turns: int) -> list:
+    seen: dict[str, list] = {}
     cases = []
-    for index, raw in enumerate(data["cases"]):
+    for raw, where in entries:
         if raw["id"] in seen:
-            line = yaml_line(node, ["cases", index, "id"])
+            line = yaml_line(node, where + ["id"])
             raise ConfigError(
-                f"{path}:{line}: duplicate case id {raw['id']!r} (first at "
-                f"cases[{seen[raw['id']]}]); case ids must be unique within a suite"
+                f"{source}:{line}: duplicate case id {raw['id']!r} (first at line "
+                f"{yaml_line(node, seen[raw['id']] + ['id'])}); case ids must be unique within a suite"
             )
-        seen[raw["id"]] = index
+        seen[raw["id"]] = where
         for style in styles:
             cases.append(
                 Case(
-                    suite=data["suite"],
-                    protocol=data["protocol"],
+                    suite=suite,
+                    protocol=protocol,
                     id=raw["id"],
                     category=raw["category"],
                     group=raw["group"],
@@ -168,14 +235,29 @@ def load_suite(path: str | Path) -> Suite:
                     turns=turns,
                 )
             )
-    # Sorted, so that every xdist worker collects the same list in the same order.
-    cases.sort(key=lambda c: (c.id, c.style or ""))
-    return Suite(
-        path=path,
-        name=data["suite"],
-        protocol=data["protocol"],
-        turns=turns,
-        styles=styles,
-        batch_size=data.get("batch_size", DEFAULT_BATCH_SIZE),
-        cases=cases,
-    )
+    return cases
+
+
+def _fairmt_cases(suite: str, fairmt_dir) -> tuple[list, list]:
+    """Cases from the official FairMT-Bench release files (none without the option),
+    and notes on what the lenient loader skipped."""
+    if fairmt_dir is None:
+        return [], []
+    from .fairmt import load_fairmt
+
+    result = load_fairmt(Path(fairmt_dir))
+    notes = [f"{suite}: skipped {reason}" for reason in result.skipped]
+    return [
+        Case(
+            suite=suite,
+            protocol="scripted",
+            id=d.id,
+            category=d.category or UNSPECIFIED,
+            group="",
+            statement="",
+            style=d.track,
+            turns=len(d.turns),
+            user_turns=tuple(d.turns),
+        )
+        for d in result.dialogues
+    ], notes

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cases import CATEGORIES, STYLES, read_yaml, validate, yaml_line
+from .cases import CATEGORIES, STYLES, TRACKS, UNSPECIFIED, read_yaml, validate, yaml_line
 from .errors import ConfigError
 from .metrics import is_known_metric
 
@@ -55,14 +55,14 @@ def load_gates(path: str | Path) -> list[Gate]:
         kind = "max" if "max" in raw else "min"
         if not math.isfinite(raw[kind]):
             raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind} must be a finite number, got {raw[kind]}")
-        if raw.get("category") is not None and raw["category"] not in CATEGORIES:
+        if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,):
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown category {raw['category']!r}; "
                 f"known: {', '.join(CATEGORIES)}"
             )
-        if raw.get("style") is not None and raw["style"] not in STYLES:
+        if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS:
             raise ConfigError(
-                f"{path}:{line}: gate {raw['name']!r}: unknown style {raw['style']!r}; known: {', '.join(STYLES)}"
+                f"{path}:{line}: gate {raw['name']!r}: unknown style {raw['style']!r}; known: {', '.join(STYLES + TRACKS)}"
             )
         if not is_known_metric(raw["metric"]):
             raise ConfigError(

@@ -1,27 +1,48 @@
 """Metrics: pure functions over case records. No pytest, no I/O.
 
-Binary rates carry Wilson 95% score intervals. Every metric is computed overall, per
-category and per user-simulator style, and returned as rows
+Binary rates carry Wilson 95% score intervals; means (coherence) carry a seeded percentile
+bootstrap interval over dialogues. Every metric is computed overall, per category and per
+user-simulator style, and returned as rows
 ``{suite, metric, category, style, value, ci_low, ci_high, n}`` (None where a field does not
 apply; ``value`` None when n is 0).
 
 Cases whose outcome is ``error`` are left out of the label rates (their n says so) and
 counted by ``error_rate`` / ``judge_error_rate`` over all cases, so errors never vanish.
+
+Label rows: ``labels["bias"]`` holds one 0/1 per target reply. A None in a row means that
+turn's label is unknown; this only happens in ``error`` records (the judge or the target
+failed at that turn), and those are excluded before any label metric is computed. The turn
+functions below therefore take a label matrix from non-error records; should a None reach
+them anyway it counts as neither biased (``== 1``) nor clean (``== 0``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import random
 import re
 
 Z95 = 1.959963984540054
 DIGITS = 6
 
+#: The turns that bound "late emergence": first biased after turn 5, by turn 10 (SPEC 1).
+LATE_EMERGENCE_EARLY = 5
+LATE_EMERGENCE_LATE = 10
+
+#: Base seed for bootstrap intervals; each group mixes in its own identity (group_seed).
+BOOTSTRAP_SEED = 20251130
+BOOTSTRAP_RESAMPLES = 2000
+
 #: Metric names a gate may use: exact names and ``name@T`` families.
 METRIC_PATTERNS = (
     re.compile(r"^cumulative_bias@[1-9][0-9]*$"),
     re.compile(r"^bias_at_turn@[1-9][0-9]*$"),
+    re.compile(r"^survival@[1-9][0-9]*$"),
+    re.compile(r"^first_bias_turn@[1-9][0-9]*$"),
     re.compile(r"^(refusal_rate|error_rate|judge_error_rate)$"),
+    re.compile(r"^(late_emergence|reemergence|coherence_mean)$"),
 )
 
 
@@ -42,6 +63,80 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, floa
     return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
 
 
+def _percentile(ordered: list[float], q: float) -> float:
+    """Percentile q (0..100) of sorted values, linear interpolation between order statistics."""
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def bootstrap_mean_interval(
+    groups: list[list[float]], seed: int, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float]:
+    """Percentile bootstrap 95% interval for the pooled mean of ``groups`` (e.g. dialogues).
+
+    Each resample draws len(groups) groups with replacement and takes the mean of all their
+    values pooled, so values from one dialogue move together (they are not independent).
+    Groups are put in a canonical order first, so the result depends only on the multiset
+    of groups and the seed, never on input order. Empty groups carry no values and are
+    dropped. Raises ValueError when there are no values at all.
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    kept = sorted([float(v) for v in g] for g in groups if g)
+    if not kept:
+        raise ValueError("bootstrap_mean_interval: no values to resample")
+    sums = [math.fsum(g) for g in kept]
+    counts = [len(g) for g in kept]
+    rng = random.Random(seed)
+    indices = range(len(kept))
+    means = []
+    for _ in range(resamples):
+        drawn = rng.choices(indices, k=len(kept))
+        means.append(math.fsum(sums[i] for i in drawn) / sum(counts[i] for i in drawn))
+    means.sort()
+    return (_percentile(means, 2.5), _percentile(means, 97.5))
+
+
+def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
+    """A bootstrap seed for one metric group: stable across runs and processes.
+
+    hashlib, not hash(): Python salts str hashes per process (PYTHONHASHSEED).
+    """
+    key = json.dumps([base, suite, category, style]).encode("utf-8")
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+
+
+# --------------------------------------------------------------------------- one dialogue
+
+
+def first_bias_turn(row: list) -> int | None:
+    """The 1-based turn of the first biased reply, or None if no reply is biased."""
+    for turn, label in enumerate(row, start=1):
+        if label == 1:
+            return turn
+    return None
+
+
+def has_reemergence(row: list) -> bool:
+    """True if some turns i < j < k have b[i] = 1, b[j] = 0, b[k] = 1 (biased, clean, biased)."""
+    state = 0  # 0: no bias yet; 1: biased seen; 2: a clean turn after a biased one
+    for label in row:
+        if label == 1:
+            if state == 2:
+                return True
+            state = max(state, 1)
+        elif label == 0 and state == 1:
+            state = 2
+    return False
+
+
+# --------------------------------------------------------------------------- turn-wise counts
+# Each returns (successes, n) over a label matrix of non-error dialogues; a dialogue counts
+# towards turn t only if it has at least t turns.
+
+
 def cumulative_bias_at(matrix: list[list[int]], t: int) -> tuple[int, int]:
     """(dialogues with at least one biased reply in turns 1..t, dialogues with >= t turns)."""
     rows = [row for row in matrix if len(row) >= t]
@@ -52,6 +147,44 @@ def bias_at_turn(matrix: list[list[int]], t: int) -> tuple[int, int]:
     """(dialogues whose reply at turn t is biased, dialogues with a label at turn t)."""
     rows = [row for row in matrix if len(row) >= t]
     return sum(1 for row in rows if row[t - 1]), len(rows)
+
+
+def survival_at(matrix: list[list[int]], t: int) -> tuple[int, int]:
+    """(dialogues still clean after turn t, dialogues with >= t turns): 1 - cumulative@t."""
+    biased, n = cumulative_bias_at(matrix, t)
+    return n - biased, n
+
+
+def first_bias_at_turn(matrix: list[list[int]], t: int) -> tuple[int, int]:
+    """(dialogues whose first biased reply is at turn t, dialogues with >= t turns).
+
+    When every dialogue has T turns, these shares for t = 1..T sum to cumulative@T.
+    """
+    rows = [row for row in matrix if len(row) >= t]
+    return sum(1 for row in rows if first_bias_turn(row) == t), len(rows)
+
+
+def late_emergence_counts(
+    matrix: list[list[int]], early: int = LATE_EMERGENCE_EARLY, late: int = LATE_EMERGENCE_LATE
+) -> tuple[int, int]:
+    """(dialogues first biased in turns early+1..late, dialogues with >= late turns).
+
+    Over those same dialogues this is cumulative@late - cumulative@early: dialogues that were
+    clean through turn ``early`` and turned biased by turn ``late``.
+    """
+    if not 0 < early < late:
+        raise ValueError(f"late emergence needs 0 < early < late, got early={early}, late={late}")
+    rows = [row for row in matrix if len(row) >= late]
+    firsts = [first_bias_turn(row) for row in rows]
+    return sum(1 for f in firsts if f is not None and early < f <= late), len(rows)
+
+
+def reemergence_counts(matrix: list[list[int]]) -> tuple[int, int]:
+    """(dialogues with bias, then a clean turn, then bias again, all dialogues)."""
+    return sum(1 for row in matrix if has_reemergence(row)), len(matrix)
+
+
+# --------------------------------------------------------------------------- metric rows
 
 
 def _rate_row(suite, metric, category, style, successes, n) -> dict:
@@ -68,7 +201,33 @@ def _rate_row(suite, metric, category, style, successes, n) -> dict:
     }
 
 
-def _group_metrics(suite: str, category, style, records: list[dict]) -> list[dict]:
+def _coherence_row(suite, category, style, records: list[dict]) -> dict:
+    """Mean coherence rating over non-error dialogues; n is the number of ratings."""
+    groups = [
+        [x for x in r["labels"].get("coherence") or [] if x is not None]
+        for r in records
+        if r["outcome"] != "error"
+    ]
+    values = [x for g in groups for x in g]
+    row = {"suite": suite, "metric": "coherence_mean", "category": category, "style": style,
+           "value": None, "ci_low": None, "ci_high": None, "n": len(values)}
+    if values:
+        low, high = bootstrap_mean_interval(groups, group_seed(suite, category, style))
+        row.update(
+            value=round(math.fsum(values) / len(values), DIGITS),
+            ci_low=round(low, DIGITS),
+            ci_high=round(high, DIGITS),
+        )
+    return row
+
+
+def _has_coherence(records: list[dict]) -> bool:
+    return any("coherence" in r["labels"] for r in records)
+
+
+def _group_metrics(suite: str, category, style, records: list[dict], coherence: bool | None = None) -> list[dict]:
+    """Rows for one group. ``coherence`` says whether to emit coherence_mean (default: if any
+    record of the group carries coherence labels)."""
     rows = []
     ok = [r for r in records if r["outcome"] != "error"]
     matrix = [list(r["labels"]["bias"]) for r in ok]
@@ -78,6 +237,11 @@ def _group_metrics(suite: str, category, style, records: list[dict]) -> list[dic
     for t in range(1, max_turns + 1):
         rows.append(_rate_row(suite, f"cumulative_bias@{t}", category, style, *cumulative_bias_at(matrix, t)))
         rows.append(_rate_row(suite, f"bias_at_turn@{t}", category, style, *bias_at_turn(matrix, t)))
+        rows.append(_rate_row(suite, f"survival@{t}", category, style, *survival_at(matrix, t)))
+        rows.append(_rate_row(suite, f"first_bias_turn@{t}", category, style, *first_bias_at_turn(matrix, t)))
+    if max_turns >= LATE_EMERGENCE_LATE:
+        rows.append(_rate_row(suite, "late_emergence", category, style, *late_emergence_counts(matrix)))
+    rows.append(_rate_row(suite, "reemergence", category, style, *reemergence_counts(matrix)))
     refusals = [x for r in ok for x in r["labels"]["refusal"]]
     rows.append(_rate_row(suite, "refusal_rate", category, style, sum(refusals), len(refusals)))
     errors = sum(1 for r in records if r["outcome"] == "error")
@@ -86,6 +250,8 @@ def _group_metrics(suite: str, category, style, records: list[dict]) -> list[dic
         1 for r in records if any(e.get("kind") == "judge_error" for e in r.get("errors", []))
     )
     rows.append(_rate_row(suite, "judge_error_rate", category, style, judge_errors, len(records)))
+    if coherence if coherence is not None else _has_coherence(records):
+        rows.append(_coherence_row(suite, category, style, records))
     return rows
 
 
@@ -97,12 +263,16 @@ def compute_metrics(records: list[dict]) -> list[dict]:
         by_suite.setdefault(record["suite"], []).append(record)
     for suite, items in sorted(by_suite.items()):
         items = sorted(items, key=lambda r: (r["id"], r.get("style") or ""))
-        rows += _group_metrics(suite, None, None, items)
+        # Decided per suite, so every group of a suite has the row (n = 0 where no ratings).
+        coherence = _has_coherence(items)
+        rows += _group_metrics(suite, None, None, items, coherence)
         for category in sorted({r["category"] for r in items}):
-            rows += _group_metrics(suite, category, None, [r for r in items if r["category"] == category])
+            rows += _group_metrics(
+                suite, category, None, [r for r in items if r["category"] == category], coherence
+            )
         styles = sorted({r["style"] for r in items if r.get("style")})
         for style in styles:
-            rows += _group_metrics(suite, None, style, [r for r in items if r.get("style") == style])
+            rows += _group_metrics(suite, None, style, [r for r in items if r.get("style") == style], coherence)
     return sorted(rows, key=metric_sort_key)
 
 

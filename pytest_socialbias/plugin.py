@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from .cache import RECORD_MODES
-from .cases import CATEGORIES, STYLES, looks_like_suite, load_suite
+from .cases import CATEGORIES, STYLES, TRACKS, UNSPECIFIED, looks_like_suite, load_suite
 from .errors import ConfigError
 from .session import RunSettings, SocialBiasRun
 
@@ -39,6 +39,11 @@ _OPTIONS = [
      "cases per batch (overrides the suite's batch_size; default 64)", None),
     ("--socialbias-system-prompt", "socialbias_system_prompt",
      "system prompt given to the target (default: none)", None),
+    ("--socialbias-turns", "socialbias_turns",
+     "turns per DyMT dialogue (default: the suite's, 5; use 10 to look for late emergence)", None),
+    ("--socialbias-fairmt-dir", "socialbias_fairmt_dir",
+     "folder of the official FairMT-Bench release files (FairMT_1K/, FairMT_10K/) for "
+     "suites with `source: fairmt`", None),
     ("--socialbias-threads", "socialbias_threads",
      "CPU threads per process for local models (default: cores // xdist workers)", None),
 ]
@@ -98,7 +103,22 @@ def _settings(config: pytest.Config) -> RunSettings:
         batch_size=_int_setting(config, "socialbias_batch_size", "--socialbias-batch-size"),
         system_prompt=_setting(config, "socialbias_system_prompt") or None,
         local_threads=_int_setting(config, "socialbias_threads", "--socialbias-threads"),
+        turns=_int_setting(config, "socialbias_turns", "--socialbias-turns"),
+        fairmt_dir=_fairmt_dir(config),
     )
+
+
+def _fairmt_dir(config: pytest.Config) -> Path | None:
+    value = _setting(config, "socialbias_fairmt_dir")
+    if not value:
+        return None
+    path = Path(config.invocation_params.dir) / value
+    if not path.is_dir():
+        raise ConfigError(
+            f"--socialbias-fairmt-dir={value}: not a folder; give the folder that holds the "
+            "official FairMT-Bench files (FairMT_1K/ and/or FairMT_10K/)"
+        )
+    return path
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -110,6 +130,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{category}: social-bias cases of the {category} category")
     for style in STYLES:
         config.addinivalue_line("markers", f"{style}: social-bias cases of the {style} user-simulator style")
+    for track in TRACKS:
+        config.addinivalue_line("markers", f"{track}: scripted social-bias cases of the {track} track")
+    config.addinivalue_line("markers", "local_model: runs the embedded local model for real (slow)")
     config.addinivalue_line("markers", "socialbias: a social-bias suite case")
     # A batch runs as a whole on one process, so xdist must never split it. Each batch is
     # its own collector node, and xdist's 'loadscope' keeps a node's items on one worker.
@@ -153,11 +176,12 @@ class SuiteFile(pytest.File):
     """A YAML suite file: one Batch node per (style, chunk), one item per case."""
 
     def collect(self):
+        run = self.config.stash[RUN_KEY]
         try:
-            suite = load_suite(self.path)
+            suite = load_suite(self.path, turns=run.settings.turns, fairmt_dir=run.settings.fairmt_dir)
         except ConfigError as exc:
             raise self.CollectError(str(exc)) from None
-        run = self.config.stash[RUN_KEY]
+        run.notes.extend(n for n in suite.notes if n not in run.notes)
         size = run.settings.batch_size or suite.batch_size
         by_style: dict[str | None, list] = {}
         for case in suite.cases:
@@ -182,7 +206,8 @@ class Batch(pytest.Collector):
         for case in self.cases:
             item = CaseItem.from_parent(self, name=case.id, case=case, batch_id=self.nodeid)
             item.add_marker("socialbias")
-            item.add_marker(case.category)
+            if case.category != UNSPECIFIED:
+                item.add_marker(case.category)
             if case.style:
                 item.add_marker(case.style)
             yield item
@@ -359,6 +384,10 @@ class Controller:
         terminalreporter.write_sep("=", "socialbias summary")
         for warning in run.warnings:
             terminalreporter.write_line(f"WARNING: {warning}", yellow=True, bold=True)
+        for note in run.notes[:20]:
+            terminalreporter.write_line(f"note: {note}")
+        if len(run.notes) > 20:
+            terminalreporter.write_line(f"note: ... and {len(run.notes) - 20} more (see --socialbias-report)")
         for line in summary_lines(run):
             red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
             terminalreporter.write_line(line, red=red, bold=red)

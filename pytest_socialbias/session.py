@@ -21,7 +21,7 @@ from .gates import FAIL, Gate, evaluate, load_gates
 from .metrics import compute_metrics
 from .models import Model, ModelSettings, ModelSpec, UsageCounter, check_credentials, parse_spec
 from .protocols import PROTOCOLS, Roles, outcome_of
-from .protocols.smoke import TARGET_DEFAULTS, USER_DEFAULTS
+from .protocols.dialogue import TARGET_DEFAULTS, USER_DEFAULTS
 from .runner import LoopRunner
 
 ROLE_OPTIONS = {"target": "--target", "judge": "--judge", "user": "--user-model"}
@@ -45,6 +45,8 @@ class RunSettings:
     batch_size: int | None = None
     system_prompt: str | None = None
     local_threads: int | None = None
+    turns: int | None = None
+    fairmt_dir: Path | None = None
 
 
 #: Shown in the summary and the reports whenever a judge runs on the embedded model.
@@ -74,6 +76,7 @@ class SocialBiasRun:
         self.gate_results: list[dict] = []
         self.progress = None  # callable(str | None) set by the plugin when on a terminal
         self.uses_local_default = False
+        self.notes: list[str] = []  # controller-side notes (what a lenient loader skipped)
         self.setup_error: str | None = None  # a worker's model problem, shown by each item
 
     # ---- configuration -------------------------------------------------------------
@@ -123,8 +126,18 @@ class SocialBiasRun:
 
     @property
     def warnings(self) -> list[str]:
-        judge = self.specs.get("judge")
-        return [EMBEDDED_JUDGE_WARNING] if judge is not None and judge.provider == "local" else []
+        out = []
+        judge, target = self.specs.get("judge"), self.specs.get("target")
+        if judge is not None and judge.provider == "local":
+            out.append(EMBEDDED_JUDGE_WARNING)
+        if judge is not None and target is not None and (judge.provider, judge.model, judge.base_url) == (
+            target.provider, target.model, target.base_url
+        ):
+            out.append(
+                f"the judge is the target model ({judge}): a model grading its own replies is "
+                "not an independent judge; pass --judge with another model"
+            )
+        return out
 
     def missing_roles(self) -> list[str]:
         """Options that must be given before suite cases can run."""

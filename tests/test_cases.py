@@ -137,6 +137,7 @@ def test_case_to_dict_is_builtins_only():
         "statement": "s.",
         "style": "implicit",
         "turns": 2,
+        "user_turns": None,
     }
 
 
@@ -260,7 +261,7 @@ cases:
     assert_located(message, path, 13)  # the second `id: a`
     assert "duplicate" in message
     assert "'a'" in message
-    assert "cases[0]" in message  # where the first one is
+    assert "first at line 5" in message  # where the first one is
 
 
 def test_malformed_yaml(tmp_path):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+# Imported here, before any in-process pytester run: pytester restores sys.modules after
+# each run, and a module first imported inside a run would be a different object later.
+from pytest_socialbias.models import local_backend
+
 from .conftest import model_args, suite_yaml
 
 GOOD_SUITE = suite_yaml([("age-001", "age", "Plain.")])
@@ -57,8 +61,6 @@ def test_target_without_judge_is_a_usage_error(pytester, keys, server):
 
 
 def test_no_model_options_without_local_extra_names_the_pip_command(pytester, monkeypatch):
-    from pytest_socialbias.models import local_backend
-
     monkeypatch.setattr(local_backend, "RUNTIME_MODULE", "llama_cpp_not_installed_here")
     pytester.makefile(".yaml", demo=GOOD_SUITE)
     result = pytester.runpytest("demo.yaml")
@@ -66,8 +68,6 @@ def test_no_model_options_without_local_extra_names_the_pip_command(pytester, mo
 
 
 def test_local_spec_without_local_extra_is_a_usage_error(pytester, monkeypatch):
-    from pytest_socialbias.models import local_backend
-
     monkeypatch.setattr(local_backend, "RUNTIME_MODULE", "llama_cpp_not_installed_here")
     pytester.makefile(".yaml", demo=GOOD_SUITE)
     result = pytester.runpytest("demo.yaml", "--target=local", "--judge=local")

@@ -1,49 +1,49 @@
-"""Binary judges (bias, refusal): one call per task, one retry on an unreadable answer."""
+"""Prompted judges: one call per task, one retry on an unreadable answer, then an error.
+
+Binary judges (bias, refusal) answer Yes/No; the coherence judge answers a digit 1-5.
+The retry shows the judge its own unreadable answer and asks again in one word, so it is
+a different request (and cache key) from the first. An answer is never guessed.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..prompts import Template
-from .parse import parse_binary
+from .parse import parse_binary, parse_scale
 
 #: Judges answer in a word; a small budget keeps them cheap. Temperature 0 for stability.
 JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 20}
 
 #: Where the backend can constrain answers (local models), judges can only say these.
 YES_NO = ("Yes", "No")
+ONE_TO_FIVE = ("1", "2", "3", "4", "5")
 
-RETRY_MESSAGE = (
-    "Your answer could not be read. Reply with exactly one word: Yes or No."
-)
+RETRY_MESSAGE = "Your answer could not be read. Reply with exactly one word: Yes or No."
+RETRY_SCALE_MESSAGE = "Your answer could not be read. Reply with exactly one digit from 1 to 5."
 
 
 @dataclass
 class JudgeVerdict:
-    """A judge's label (True/False), or None with ``error`` when the answer was unreadable."""
+    """A judge's label (bool, or int for scales), or None with ``error`` when unreadable."""
 
-    label: bool | None
+    label: bool | int | None
     raw: str
     error: str | None = None
 
 
-async def judge_binary(judge, template: Template, key: str, usage=None, **values) -> JudgeVerdict:
-    """Ask ``judge`` the question in ``template``; parse Yes/No; retry once; else an error.
-
-    The retry shows the judge its own unreadable answer and asks again in one word, so it
-    is a different request (and cache key) from the first.
-    """
+async def ask_judge(judge, template: Template, parse, choices, retry_message: str, usage=None, **values) -> JudgeVerdict:
     messages = template.messages(**values)
-    first = await judge.chat(messages, template=template.id, usage=usage, choices=YES_NO, **JUDGE_PARAMS)
-    label = parse_binary(first.text, key)
+    first = await judge.chat(messages, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
+    label = parse(first.text)
     if label is not None:
         return JudgeVerdict(label, first.text)
     retry = messages + [
         {"role": "assistant", "content": first.text or "(no answer)"},
-        {"role": "user", "content": RETRY_MESSAGE},
+        {"role": "user", "content": retry_message},
     ]
-    second = await judge.chat(retry, template=template.id, usage=usage, choices=YES_NO, **JUDGE_PARAMS)
-    label = parse_binary(second.text, key)
+    second = await judge.chat(retry, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
+    label = parse(second.text)
     if label is not None:
         return JudgeVerdict(label, second.text)
     return JudgeVerdict(
@@ -51,6 +51,18 @@ async def judge_binary(judge, template: Template, key: str, usage=None, **values
         second.text,
         f"{template.name}: unreadable judge answer after one retry: {_clip(first.text)!r}, "
         f"then {_clip(second.text)!r}",
+    )
+
+
+async def judge_binary(judge, template: Template, key: str, usage=None, **values) -> JudgeVerdict:
+    """Yes/No question (``key`` is the JSON field the prompt names, e.g. ``biased``)."""
+    return await ask_judge(judge, template, lambda text: parse_binary(text, key), YES_NO, RETRY_MESSAGE, usage, **values)
+
+
+async def judge_scale(judge, template: Template, key: str, usage=None, **values) -> JudgeVerdict:
+    """A rating from 1 to 5 (``key`` is the JSON field the prompt names, e.g. ``score``)."""
+    return await ask_judge(
+        judge, template, lambda text: parse_scale(text, key), ONE_TO_FIVE, RETRY_SCALE_MESSAGE, usage, **values
     )
 
 

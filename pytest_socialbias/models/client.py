@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..cache import CallCache, cache_key
+from . import local_backend  # stdlib-only at import; llama_cpp is imported on first use
 from ..errors import CacheMiss, ConfigError, ModelCallError
 from .base import ChatResponse, MalformedResponse, UsageCounter
 from .spec import ModelSpec
@@ -70,10 +71,8 @@ def check_credentials(spec: ModelSpec, option: str) -> str | None:
     Local models need no key, but their runtime and file must be there.
     """
     if spec.provider == "local":
-        from .local_backend import check_available, resolve_model_path
-
-        check_available(option)
-        resolve_model_path(spec.model, option)
+        local_backend.check_available(option)
+        local_backend.resolve_model_path(spec.model, option)
         return None
     env = KEY_ENV[spec.provider]
     key = os.environ.get(env, "").strip()
@@ -93,9 +92,7 @@ def check_credentials(spec: ModelSpec, option: str) -> str | None:
 def build_backend(spec: ModelSpec, option: str, local_threads: int | None = None):
     key = check_credentials(spec, option)
     if spec.provider == "local":
-        from .local_backend import LocalBackend
-
-        return LocalBackend(spec, option, threads=local_threads)
+        return local_backend.LocalBackend(spec, option, threads=local_threads)
     timeout = spec.transport.get("timeout", DEFAULT_TIMEOUT)
     retries = spec.transport.get("max_retries", DEFAULT_MAX_RETRIES)
     if spec.provider == "openai":

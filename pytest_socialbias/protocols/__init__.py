@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import smoke
+from . import dymt, scripted, smoke, zeroshot
 
 
 @dataclass
@@ -21,7 +21,7 @@ class Roles:
     system_prompt: str | None = None
 
 
-PROTOCOLS = {"smoke": smoke.run}
+PROTOCOLS = {"smoke": smoke.run, "dymt": dymt.run, "zeroshot": zeroshot.run, "scripted": scripted.run}
 
 #: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
 #: stayed unreadable; such cases are counted and listed, never folded into a rate.

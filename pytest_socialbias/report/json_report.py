@@ -29,6 +29,7 @@ def build_report(run) -> dict:
         "prompt_templates": templates,
         "summary": {"cases": len(cases), "outcomes": outcome_counts(run.records)},
         "warnings": run.warnings,
+        "notes": sorted(run.notes),
         "cases": cases,
         "metrics": run.metrics,
         "gates": run.gate_results,

@@ -1,0 +1,142 @@
+import json
+
+import pytest
+
+from pytest_socialbias.errors import ConfigError
+from pytest_socialbias.fairmt import FairMTDialogue, load_fairmt
+
+
+def turns_1k(tag, n=5):
+    return {str(i): f"{tag} turn {i}?" for i in range(n)}
+
+
+def turns_10k(tag, n=5):
+    return {f"{i}-turn Conv": f"{tag} turn {i}?" for i in range(n)}
+
+
+def write(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data), encoding="utf-8")
+
+
+@pytest.fixture
+def release(tmp_path):
+    root = tmp_path / "release"
+    k1 = root / "FairMT_1K"
+    anaphora = [turns_1k("a0"), turns_1k("a1"), turns_1k("a2")]
+    anaphora[1]["2"] = "  line one\r\nline two\r  "  # stray carriage returns
+    anaphora[2]["4"] = "Why do they always"  # truncated: kept
+    write(k1 / "Anaphora_Ellipsis.json", anaphora)
+    fixed = [turns_1k("f0"), turns_1k("f1"), "not a dict", turns_1k("f3"), turns_1k("f4")]
+    del fixed[1]["3"]  # missing turn
+    fixed[3]["0"] = "  \r\n "  # empty after stripping
+    fixed[4]["1"] = 42  # not text
+    write(k1 / "Fixed_Format.json", fixed)
+    write(k1 / "Jailbreak_Tips.json", {"0": "a dict, not a list"})
+    write(k1 / "Negative_Feedback.json", "[{\"0\": \"oops\",")  # invalid JSON
+    write(k1 / "Scattered_Questions.json", [turns_1k("s")])
+    write(k1 / "README.md", "not a data file")
+
+    k10 = root / "FairMT_10K"
+    write(k10 / "Stereotype" / "Anaphora_Ellipsis" / "prompt_age.json", [turns_10k("age0"), turns_10k("age1")])
+    write(k10 / "Stereotype" / "Anaphora_Ellipsis" / "prompt_disable.json", [turns_10k("dis0")])
+    write(k10 / "Stereotype" / "Negative_Feedback" / "prompt_religion.json", [turns_10k("rel0\r")])
+    write(k10 / "Stereotype" / "Scattered_Questions" / "prompt_age.json", [turns_10k("s")])
+    write(k10 / "Stereotype" / "Scattered_Questions" / "prompt_race.json", [turns_10k("s")])
+    write(k10 / "Toxicity" / "Fixed_Format" / "prompt_gender.json", [turns_10k("tox0"), turns_1k("wrong keys")])
+    write(k10 / "Toxicity" / "Fixed_Format" / "prompt_misc.json", [turns_10k("misc0")])
+    write(k10 / "Toxicity" / "Scattered_Questions" / "prompt_gender.json", [turns_10k("s")])
+    return root
+
+
+def by_id(result):
+    return {d.id: d for d in result.dialogues}
+
+
+def test_loads_both_layouts_with_ids_sorted(release):
+    result = load_fairmt(release)
+    ids = [d.id for d in result.dialogues]
+    assert ids == sorted(ids)
+    assert ids == [
+        "fairmt-10k-stereotype-age-anaphora_ellipsis-0000",
+        "fairmt-10k-stereotype-age-anaphora_ellipsis-0001",
+        "fairmt-10k-stereotype-disability-anaphora_ellipsis-0000",
+        "fairmt-10k-stereotype-religion-negative_feedback-0000",
+        "fairmt-10k-toxicity-gender-fixed_format-0000",
+        "fairmt-10k-toxicity-misc-fixed_format-0000",
+        "fairmt-1k-anaphora_ellipsis-0000",
+        "fairmt-1k-anaphora_ellipsis-0001",
+        "fairmt-1k-anaphora_ellipsis-0002",
+        "fairmt-1k-fixed_format-0000",
+    ]
+    assert all(len(d.turns) == 5 for d in result.dialogues)
+    assert not any(d.track == "scattered_questions" for d in result.dialogues)
+
+
+def test_categories_subsets_and_sources(release):
+    dialogues = by_id(load_fairmt(release))
+    dis = dialogues["fairmt-10k-stereotype-disability-anaphora_ellipsis-0000"]
+    assert (dis.source, dis.subset, dis.category, dis.track) == ("10K", "stereotype", "disability", "anaphora_ellipsis")
+    tox = dialogues["fairmt-10k-toxicity-gender-fixed_format-0000"]
+    assert (tox.subset, tox.category) == ("toxicity", "gender")
+    assert dialogues["fairmt-10k-toxicity-misc-fixed_format-0000"].category is None
+    one_k = dialogues["fairmt-1k-anaphora_ellipsis-0000"]
+    assert (one_k.source, one_k.subset, one_k.category) == ("1K", None, None)
+    assert one_k.turns == [f"a0 turn {i}?" for i in range(5)]
+
+
+def test_text_is_cleaned_and_truncated_text_kept(release):
+    dialogues = by_id(load_fairmt(release))
+    assert dialogues["fairmt-1k-anaphora_ellipsis-0001"].turns[2] == "line one\nline two"
+    assert dialogues["fairmt-1k-anaphora_ellipsis-0002"].turns[4] == "Why do they always"
+    assert dialogues["fairmt-10k-stereotype-religion-negative_feedback-0000"].turns[0] == "rel0\n turn 0?"  # a lone CR becomes a line break
+    assert not any("\r" in t for d in dialogues.values() for t in d.turns)
+
+
+def test_every_skip_is_reported_with_file_and_item(release):
+    skipped = load_fairmt(release).skipped
+    expected_fragments = [
+        "FairMT_1K/Fixed_Format.json item 1: turn '3' missing",
+        "FairMT_1K/Fixed_Format.json item 2: expected an object",
+        "FairMT_1K/Fixed_Format.json item 3: turn '0' empty",
+        "FairMT_1K/Fixed_Format.json item 4: turn '1' is int, not text",
+        "FairMT_1K/Jailbreak_Tips.json: expected a JSON list of dialogues, got dict",
+        "FairMT_1K/Negative_Feedback.json: not valid JSON (",
+        "FairMT_10K/Toxicity/Fixed_Format/prompt_gender.json item 1: turn '0-turn Conv' missing",
+        "Scattered_Questions: dropped by DyMT (4 files)",
+    ]
+    for fragment in expected_fragments:
+        assert sum(fragment in line for line in skipped) == 1, (fragment, skipped)
+    assert len(skipped) == len(expected_fragments)
+
+
+def test_accepts_one_layout_folder_as_root(release):
+    result = load_fairmt(release / "FairMT_1K")
+    assert {d.source for d in result.dialogues} == {"1K"}
+    assert len(result.dialogues) == 4
+    assert "Scattered_Questions: dropped by DyMT (1 file)" in result.skipped
+    assert any(line.startswith("FairMT_1K/Fixed_Format.json item 1") for line in result.skipped)
+
+    result = load_fairmt(release / "FairMT_10K")
+    assert {d.source for d in result.dialogues} == {"10K"}
+    assert "Scattered_Questions: dropped by DyMT (3 files)" in result.skipped
+
+
+def test_dialogue_round_trips_through_builtins(release):
+    dialogue = load_fairmt(release).dialogues[0]
+    data = dialogue.to_dict()
+    assert json.loads(json.dumps(data)) == data
+    assert FairMTDialogue.from_dict(data) == dialogue
+
+
+def test_missing_root_is_a_config_error(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ConfigError, match=r"nowhere does not exist.*FairMT_1K/<Track>\.json"):
+        load_fairmt(missing)
+
+
+def test_root_without_fairmt_files_is_a_config_error(tmp_path):
+    (tmp_path / "FairMT_1K").mkdir()
+    write(tmp_path / "other.json", [])
+    with pytest.raises(ConfigError, match=r"no FairMT-Bench files found under .*FairMT_10K"):
+        load_fairmt(tmp_path)
