@@ -225,15 +225,26 @@ def _has_coherence(records: list[dict]) -> bool:
     return any("coherence" in r["labels"] for r in records)
 
 
-def _group_metrics(suite: str, category, style, records: list[dict], coherence: bool | None = None) -> list[dict]:
+def suite_turns(records: list[dict]) -> int:
+    """Turns of a suite: the planned turns (``turns_planned``) where records carry them,
+    else the longest label row. Decided per suite, so a group whose dialogues all stopped
+    early (or errored) still gets its rows for every turn, with n = 0, instead of losing them."""
+    planned = [r.get("turns_planned") or 0 for r in records]
+    observed = [len(r["labels"]["bias"]) for r in records]
+    return max(planned + observed, default=0)
+
+
+def _group_metrics(
+    suite: str, category, style, records: list[dict], coherence: bool | None = None, max_turns: int | None = None
+) -> list[dict]:
     """Rows for one group. ``coherence`` says whether to emit coherence_mean (default: if any
-    record of the group carries coherence labels)."""
+    record of the group carries coherence labels); ``max_turns`` defaults to the group's
+    own :func:`suite_turns`."""
     rows = []
     ok = [r for r in records if r["outcome"] != "error"]
     matrix = [list(r["labels"]["bias"]) for r in ok]
-    # Turns come from every record, so a suite whose cases all errored still shows its
-    # rates (with n = 0) instead of silently dropping them.
-    max_turns = max((len(r["labels"]["bias"]) for r in records), default=0)
+    if max_turns is None:
+        max_turns = suite_turns(records)
     for t in range(1, max_turns + 1):
         rows.append(_rate_row(suite, f"cumulative_bias@{t}", category, style, *cumulative_bias_at(matrix, t)))
         rows.append(_rate_row(suite, f"bias_at_turn@{t}", category, style, *bias_at_turn(matrix, t)))
@@ -265,14 +276,17 @@ def compute_metrics(records: list[dict]) -> list[dict]:
         items = sorted(items, key=lambda r: (r["id"], r.get("style") or ""))
         # Decided per suite, so every group of a suite has the row (n = 0 where no ratings).
         coherence = _has_coherence(items)
-        rows += _group_metrics(suite, None, None, items, coherence)
+        turns = suite_turns(items)
+        rows += _group_metrics(suite, None, None, items, coherence, turns)
         for category in sorted({r["category"] for r in items}):
             rows += _group_metrics(
-                suite, category, None, [r for r in items if r["category"] == category], coherence
+                suite, category, None, [r for r in items if r["category"] == category], coherence, turns
             )
         styles = sorted({r["style"] for r in items if r.get("style")})
         for style in styles:
-            rows += _group_metrics(suite, None, style, [r for r in items if r.get("style") == style], coherence)
+            rows += _group_metrics(
+                suite, None, style, [r for r in items if r.get("style") == style], coherence, turns
+            )
     return sorted(rows, key=metric_sort_key)
 
 

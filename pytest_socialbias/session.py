@@ -8,7 +8,6 @@ single process with ``-n 0``/``-p no:xdist``) collects the records from
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import time
 import traceback
@@ -68,7 +67,9 @@ class SocialBiasRun:
         self._model_settings: ModelSettings | None = None
         # Batches this process may run: batch id -> selected items, in collection order.
         self.batches: dict[str, list] = {}
-        # Records of cases this process ran, by case key.
+        # Cases this process started (case key -> future) and their records.
+        self._futures: dict[str, concurrent.futures.Future] = {}
+        self._batch_of: dict[str, str] = {}
         self.results: dict[str, dict] = {}
         # Controller side: records collected from reports, metrics, gate verdicts.
         self.records: list[dict] = []
@@ -186,51 +187,71 @@ class SocialBiasRun:
     # ---- running batches --------------------------------------------------------------
 
     def record_for(self, item) -> dict:
-        """The record of ``item``'s case; runs the item's whole batch on first use."""
+        """The record of ``item``'s case; starts the item's whole batch on first use.
+
+        A single process (no xdist) also starts the next batch in collection order, so
+        the requests of one batch's slowest dialogues overlap with the next batch's
+        instead of leaving the concurrency budget idle. (An xdist worker cannot know
+        which batch it gets next, so it runs one batch at a time.)
+        """
         key = item.case.key
-        if key not in self.results:
-            pending = [i.case for i in self.batches.get(item.batch_id, [item]) if i.case.key not in self.results]
-            if item.case not in pending:
-                pending.append(item.case)
-            self._run_cases(item.batch_id, pending)
+        if key not in self._futures:
+            self._start(item.batch_id, [item.case])
+            if not self.is_worker:
+                following = self._next_batch(item.batch_id)
+                if following is not None:
+                    self._start(following, [])
+        self._wait(item.batch_id, key)
         return self.results[key]
 
-    def _run_cases(self, batch_id: str, cases: list) -> None:
+    def _next_batch(self, batch_id: str) -> str | None:
+        order = list(self.batches)
+        if batch_id not in order:
+            return None
+        for candidate in order[order.index(batch_id) + 1 :]:
+            if any(i.case.key not in self._futures for i in self.batches[candidate]):
+                return candidate
+        return None
+
+    def _start(self, batch_id: str, extra: list) -> None:
+        """Submit every not yet started case of the batch (and ``extra``) to the loop."""
         roles = self.roles()
-        done = {"cases": 0}
+        cases = [i.case for i in self.batches.get(batch_id, [])] + extra
+        for case in cases:
+            if case.key not in self._futures:
+                self._futures[case.key] = self.runner.submit(run_case(case, roles))
+                self._batch_of[case.key] = batch_id
 
-        async def one(case):
-            record = await run_case(case, roles)
-            done["cases"] += 1
-            return record
-
-        async def all_cases():
-            return await asyncio.gather(*(one(c) for c in cases))
-
-        future = self.runner.submit(all_cases())
+    def _wait(self, batch_id: str, key: str) -> None:
+        future = self._futures[key]
         started = time.monotonic()
         try:
             while True:
                 try:
-                    records = future.result(timeout=0.25)
-                    break
+                    self.results[key] = future.result(timeout=0.25)
+                    return
                 except concurrent.futures.TimeoutError:
                     if self.progress is not None:
-                        totals = self.model_settings.totals.to_dict()
-                        calls = sum(r["calls"] for r in totals.values())
-                        hits = sum(r["hits"] for r in totals.values())
-                        self.progress(
-                            f"[socialbias] {batch_id}: {done['cases']}/{len(cases)} cases, "
-                            f"{calls} calls ({hits} cached), {time.monotonic() - started:.0f}s"
-                        )
+                        self.progress(self._progress_text(batch_id, started))
         except BaseException:
-            future.cancel()
+            # Interrupted (Ctrl-C, -x): stop every dialogue still running.
+            for pending in self._futures.values():
+                pending.cancel()
             raise
         finally:
             if self.progress is not None:
                 self.progress(None)
-        for case, record in zip(cases, records):
-            self.results[case.key] = record
+
+    def _progress_text(self, batch_id: str, started: float) -> str:
+        keys = [k for k, b in self._batch_of.items() if b == batch_id]
+        done = sum(1 for k in keys if self._futures[k].done())
+        totals = self.model_settings.totals.to_dict()
+        calls = sum(r["calls"] for r in totals.values())
+        hits = sum(r["hits"] for r in totals.values())
+        return (
+            f"[socialbias] {batch_id}: {done}/{len(keys)} cases, {calls} calls "
+            f"({hits} cached), {time.monotonic() - started:.0f}s"
+        )
 
     def close(self) -> None:
         async def close_models():
@@ -261,6 +282,7 @@ async def run_case(case, roles: Roles) -> dict:
         "category": case.category,
         "group": case.group,
         "style": case.style,
+        "turns_planned": case.turns,
     }
     try:
         result = await PROTOCOLS[case.protocol](case, roles, usage)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP, ChatResponse, MalformedResponse
 from .spec import ModelSpec
+from .transport import aiohttp_client
 
 #: Anthropic requires max_tokens; used when neither the spec nor the caller sets it.
 DEFAULT_MAX_TOKENS = 1024
@@ -29,7 +30,11 @@ class AnthropicBackend:
 
         self.spec = spec
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=spec.base_url, timeout=timeout, max_retries=max_retries
+            api_key=api_key,
+            base_url=spec.base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            http_client=aiohttp_client(anthropic),
         )
 
     @property

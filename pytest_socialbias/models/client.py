@@ -164,6 +164,9 @@ class Model:
     ) -> dict:
         """The canonical description of a call: what the cache key hashes (no secrets)."""
         params = {**self.params, **{k: v for k, v in overrides.items() if v is not None}}
+        if sample and "seed" in params:
+            # A fixed seed would make a repeated draw identical to the first: vary it.
+            params["seed"] = params["seed"] + sample
         extra = {"choices": list(choices)} if choices and self.spec.provider == "local" else {}
         return {
             **extra,

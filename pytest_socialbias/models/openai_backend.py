@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import FINISH_CONTENT_FILTER, ChatResponse, MalformedResponse
 from .spec import ModelSpec
+from .transport import aiohttp_client
 
 #: Placeholder key for OpenAI-compatible servers that need none (vLLM, llama.cpp, Ollama).
 NO_KEY_PLACEHOLDER = "not-needed"
@@ -19,6 +20,7 @@ class OpenAIBackend:
             base_url=spec.base_url,  # None: the SDK's default or OPENAI_BASE_URL
             timeout=timeout,
             max_retries=max_retries,
+            http_client=aiohttp_client(openai),
         )
         # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens);
         # compatible servers (vLLM, llama.cpp, Ollama) all understand max_tokens.

@@ -16,7 +16,10 @@ REPORT_FORMAT = 1
 
 #: Record fields that go into the report's ``cases`` (``usage`` counts cache hits, which
 #: differ between a first and a replayed run, so it stays in the terminal summary only).
-CASE_FIELDS = ("id", "suite", "protocol", "category", "group", "style", "outcome", "labels", "errors", "turns")
+CASE_FIELDS = (
+    "id", "suite", "protocol", "category", "group", "style", "outcome", "labels", "errors", "turns",
+    "turns_planned", "role_breaks", "guard",
+)
 
 
 def build_report(run) -> dict:
