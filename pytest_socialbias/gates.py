@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .cases import CATEGORIES, STYLES, TRACKS, UNSPECIFIED, read_yaml, validate, yaml_line
 from .errors import ConfigError
-from .metrics import is_known_metric
+from .metrics import KNOWN_METRICS_TEXT, is_known_metric
 
 PASS, FAIL, NOT_EVALUATED = "pass", "fail", "not_evaluated"
 
@@ -67,7 +67,7 @@ def load_gates(path: str | Path) -> list[Gate]:
         if not is_known_metric(raw["metric"]):
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown metric {raw['metric']!r}; known: "
-                "cumulative_bias@T, bias_at_turn@T, refusal_rate, error_rate, judge_error_rate"
+                + KNOWN_METRICS_TEXT
             )
         if raw["name"] in names:
             raise ConfigError(f"{path}:{line}: duplicate gate name {raw['name']!r}; gate names must be unique")

@@ -44,6 +44,13 @@ _OPTIONS = [
     ("--socialbias-fairmt-dir", "socialbias_fairmt_dir",
      "folder of the official FairMT-Bench release files (FairMT_1K/, FairMT_10K/) for "
      "suites with `source: fairmt`", None),
+    ("--socialbias-guard", "socialbias_guard",
+     "guard model spec that screens every target reply (Llama Guard 3, ShieldGemma, Qwen3Guard, "
+     "Granite Guardian behind an OpenAI-compatible endpoint); reports the blocked share by turn "
+     "and the bias rate among replies that pass", None),
+    ("--socialbias-guard-kind", "socialbias_guard_kind",
+     "the guard's output format when the model name does not tell: llama-guard-3, shieldgemma, "
+     "qwen3guard or granite-guardian", None),
     ("--socialbias-threads", "socialbias_threads",
      "CPU threads per process for local models (default: cores // xdist workers)", None),
 ]
@@ -104,6 +111,8 @@ def _settings(config: pytest.Config) -> RunSettings:
         system_prompt=_setting(config, "socialbias_system_prompt") or None,
         local_threads=_int_setting(config, "socialbias_threads", "--socialbias-threads"),
         turns=_int_setting(config, "socialbias_turns", "--socialbias-turns"),
+        guard=_setting(config, "socialbias_guard") or None,
+        guard_kind=_setting(config, "socialbias_guard_kind") or None,
         fairmt_dir=_fairmt_dir(config),
     )
 

@@ -19,12 +19,13 @@ from .errors import ConfigError, ModelCallError
 from .gates import FAIL, Gate, evaluate, load_gates
 from .metrics import compute_metrics
 from .models import Model, ModelSettings, ModelSpec, UsageCounter, check_credentials, parse_spec
-from .protocols import PROTOCOLS, Roles, outcome_of
+from .judges.guards import GUARD_KINDS, guard_kind_from_model
+from .protocols import PROTOCOLS, GuardRole, Roles, outcome_of
 from .protocols.dialogue import TARGET_DEFAULTS, USER_DEFAULTS
 from .runner import LoopRunner
 
-ROLE_OPTIONS = {"target": "--target", "judge": "--judge", "user": "--user-model"}
-ROLE_DEFAULTS = {"target": TARGET_DEFAULTS, "user": USER_DEFAULTS, "judge": {}}
+ROLE_OPTIONS = {"target": "--target", "judge": "--judge", "user": "--user-model", "guard": "--socialbias-guard"}
+ROLE_DEFAULTS = {"target": TARGET_DEFAULTS, "user": USER_DEFAULTS, "judge": {}, "guard": {}}
 
 
 @dataclass
@@ -46,6 +47,8 @@ class RunSettings:
     local_threads: int | None = None
     turns: int | None = None
     fairmt_dir: Path | None = None
+    guard: str | None = None
+    guard_kind: str | None = None
 
 
 #: Shown in the summary and the reports whenever a judge runs on the embedded model.
@@ -77,6 +80,7 @@ class SocialBiasRun:
         self.gate_results: list[dict] = []
         self.progress = None  # callable(str | None) set by the plugin when on a terminal
         self.uses_local_default = False
+        self.guard_kind: str | None = None
         self.notes: list[str] = []  # controller-side notes (what a lenient loader skipped)
         self.setup_error: str | None = None  # a worker's model problem, shown by each item
 
@@ -89,6 +93,8 @@ class SocialBiasRun:
         # decided (and its runtime checked) only once suite cases are collected, so
         # ordinary test runs never need it.
         self.uses_local_default = not (s.target or s.judge or s.user)
+        if s.guard_kind is not None and s.guard_kind not in GUARD_KINDS:
+            raise ConfigError(f"--socialbias-guard-kind={s.guard_kind!r}: expected one of {', '.join(GUARD_KINDS)}")
         self._parse_specs()
         if s.thresholds is not None and (s.thresholds.exists() or s.thresholds_explicit):
             if not s.thresholds.exists():
@@ -102,24 +108,32 @@ class SocialBiasRun:
 
     def _parse_specs(self) -> None:
         s = self.settings
-        raw = {"target": s.target, "judge": s.judge, "user": s.user or s.judge}
+        raw = {"target": s.target, "judge": s.judge, "user": s.user or s.judge, "guard": s.guard}
         for role, text in raw.items():
             if text:
                 option = ROLE_OPTIONS[role] if (role != "user" or s.user) else "--judge"
                 spec = parse_spec(text, option)
                 check_credentials(spec, option)
                 self.specs[role] = spec
+        if "guard" in self.specs:
+            self.guard_kind = s.guard_kind or guard_kind_from_model(self.specs["guard"].model)
+            if self.guard_kind is None:
+                raise ConfigError(
+                    f"--socialbias-guard={s.guard}: cannot tell the guard's output format from the model "
+                    f"name; pass --socialbias-guard-kind (one of {', '.join(GUARD_KINDS)})"
+                )
 
     def use_local_default(self) -> None:
         """Called when cases are collected with no model options: all roles ``local``."""
-        if not self.uses_local_default or self.specs:
+        if not self.uses_local_default or "target" in self.specs:
             return
         s = self.settings
         s.target = s.judge = s.user = "local"
         try:
             self._parse_specs()
         except ConfigError as exc:
-            self.specs.clear()
+            for role in ("target", "judge", "user"):
+                self.specs.pop(role, None)
             raise ConfigError(
                 "no model options given, so suite cases run on the embedded local model, "
                 f"but it is not available ({exc}); or pass --target/--judge for API models"
@@ -182,6 +196,7 @@ class SocialBiasRun:
             judge=self.model("judge"),
             user=self.model("user"),
             system_prompt=self.settings.system_prompt,
+            guard=GuardRole(self.model("guard"), self.guard_kind) if "guard" in self.specs else None,
         )
 
     # ---- running batches --------------------------------------------------------------

@@ -12,6 +12,14 @@ from . import dymt, scripted, smoke, zeroshot
 
 
 @dataclass
+class GuardRole:
+    """A guard model and the output format it speaks (see judges/guards.py)."""
+
+    model: object
+    kind: str
+
+
+@dataclass
 class Roles:
     """The models of a run, by role, plus the target's optional system prompt."""
 
@@ -19,6 +27,7 @@ class Roles:
     judge: object
     user: object
     system_prompt: str | None = None
+    guard: object = None  # GuardRole or None
 
 
 PROTOCOLS = {"smoke": smoke.run, "dymt": dymt.run, "zeroshot": zeroshot.run, "scripted": scripted.run}
@@ -28,8 +37,12 @@ PROTOCOLS = {"smoke": smoke.run, "dymt": dymt.run, "zeroshot": zeroshot.run, "sc
 OUTCOMES = ("clean", "biased", "refused", "error")
 
 
+#: Errors that do not void a case's bias labels (they are counted on their own).
+NON_VOIDING_ERRORS = ("guard_error",)
+
+
 def outcome_of(labels: dict, errors: list) -> str:
-    if errors:
+    if any(e.get("kind") not in NON_VOIDING_ERRORS for e in errors):
         return "error"
     if any(labels.get("bias") or []):
         return "biased"

@@ -17,6 +17,7 @@ import re
 from .. import prompts
 from ..errors import ModelCallError
 from ..judges import judge_binary, judge_scale
+from ..judges.guards import screen
 from ..models.base import FINISH_CONTENT_FILTER
 
 #: SPEC decoding defaults for the conversation roles (a spec's own parameters win).
@@ -113,10 +114,15 @@ def target_messages(system_prompt: str | None, turns: list[dict], user_message: 
     return messages
 
 
-async def judge_turn(judge, turns_before: list[dict], user_message: str, reply, usage, coherence: bool) -> dict:
-    """Bias and refusal labels for one reply, and the user turn's coherence if asked."""
+async def judge_turn(
+    judge, turns_before: list[dict], user_message: str, reply, usage, coherence: bool, guard=None
+) -> dict:
+    """Bias and refusal labels for one reply, the user turn's coherence if asked, and the
+    guard's screening of the reply when a guard is configured."""
     values = {"user_message": user_message, "reply": reply.text, "fence": prompts.fence(user_message, reply.text)}
     tasks = {}
+    if guard is not None:
+        tasks["guard"] = screen(guard.model, guard.kind, user_message, reply.text, usage)
     if reply.finish_reason != FINISH_CONTENT_FILTER:
         tasks["refusal"] = judge_binary(judge, prompts.load("judge_refusal"), "refusal", usage, **values)
     if reply.text.strip():
@@ -133,6 +139,7 @@ async def judge_turn(judge, turns_before: list[dict], user_message: str, reply, 
             fence=prompts.fence(history, user_message),
         )
     results = dict(zip(tasks, await asyncio.gather(*tasks.values())))
+    screened = results.pop("guard", None)
     labels = {
         # An empty reply cannot endorse a stereotype; a provider's content-filter stop is
         # a refusal, never a clean reply (whatever text came before it is still judged).
@@ -142,6 +149,8 @@ async def judge_turn(judge, turns_before: list[dict], user_message: str, reply, 
     if coherence:
         labels["coherence"] = _label(results.get("coherence"), default=None)
     labels["errors"] = [v.error for v in results.values() if v.error]
+    if screened is not None:
+        labels["guard"] = screened.to_dict()
     return labels
 
 
@@ -177,7 +186,9 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
             turns.append({"user": user_message, "assistant": reply.text, "finish_reason": reply.finish_reason})
             # Judge this turn while the dialogue goes on.
             judge_tasks.append(
-                asyncio.ensure_future(judge_turn(roles.judge, before, user_message, reply, usage, coherence))
+                asyncio.ensure_future(
+                    judge_turn(roles.judge, before, user_message, reply, usage, coherence, roles.guard)
+                )
             )
     except UserSimulatorFailure as exc:
         errors.append({"kind": "user_simulator_error", "role": "user", "message": str(exc)})
@@ -203,7 +214,18 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         names.append("judge_coherence")
     if user_turns is None:
         names.append("user_simulator")
+    guard = None
+    if roles.guard is not None:
+        # Per reply: flagged (1), passed (0) or unreadable (None, listed as a guard error,
+        # which does not void the case's bias labels).
+        verdicts = [item.get("guard") or {} for item in judged]
+        labels["guard"] = [None if v.get("flagged") is None else int(v["flagged"]) for v in verdicts]
+        guard = verdicts
+        for number, verdict in enumerate(verdicts, start=1):
+            if verdict.get("error"):
+                errors.append({"kind": "guard_error", "role": "guard", "message": f"turn {number}: {verdict['error']}"})
     return {
+        "guard": guard,
         "labels": labels,
         "turns": turns,
         "errors": errors,

@@ -1,0 +1,60 @@
+"""The suites, seeds and thresholds the project ships: valid, complete, as documented."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from pytest_socialbias.cases import CATEGORIES, STYLES, TRACKS, load_suite
+from pytest_socialbias.gates import load_gates
+from pytest_socialbias.metrics import is_known_metric
+
+ROOT = Path(__file__).resolve().parents[1]
+DYMT = ROOT / "suites" / "dymt"
+
+
+def seeds():
+    return yaml.safe_load((DYMT / "seeds.yaml").read_text())["seeds"]
+
+
+def test_240_seeds_40_per_category_unique():
+    items = seeds()
+    assert len(items) == 240
+    assert Counter(s["category"] for s in items) == {c: 40 for c in CATEGORIES}
+    assert len({s["id"] for s in items}) == 240
+    normalised = {re.sub(r"[^a-z ]", "", s["statement"].lower()) for s in items}
+    assert len(normalised) == 240
+    for seed in items:
+        assert seed["id"].startswith(seed["category"] + "-")
+        assert seed["statement"].endswith(".") and seed["group"].strip()
+
+
+def test_seeds_file_is_labelled_as_test_data():
+    head = (DYMT / "seeds.yaml").read_text().split("seeds:")[0]
+    assert "TEST DATA" in head.upper()
+
+
+def test_shipped_suites_load_with_the_documented_sizes():
+    dymt = load_suite(DYMT / "dymt.yaml")
+    assert (len(dymt.cases), dymt.turns, dymt.styles) == (480, 5, STYLES)
+    assert load_suite(DYMT / "dymt.yaml", turns=10).turns == 10
+    zeroshot = load_suite(DYMT / "zeroshot.yaml")
+    assert (len(zeroshot.cases), zeroshot.turns) == (240, 1)
+    scripted = load_suite(DYMT / "scripted.yaml")
+    assert (len(scripted.cases), scripted.styles) == (1200, TRACKS)
+    assert load_suite(DYMT / "fairmt.yaml").cases == []  # nothing without --socialbias-fairmt-dir
+    smoke = load_suite(ROOT / "suites" / "smoke.yaml")
+    assert len(smoke.cases) == 6
+
+
+def test_shipped_thresholds_load_and_every_gate_has_a_reason():
+    gates = load_gates(ROOT / "thresholds.yaml")
+    assert {g.suite for g in gates} >= {"smoke", "dymt", "zeroshot", "scripted"}
+    assert all(is_known_metric(g.metric) for g in gates)
+    judge_gate = next(g for g in gates if g.name == "dymt-judge-errors")
+    assert (judge_gate.metric, judge_gate.kind, judge_gate.bound) == ("judge_error_rate", "max", 0.05)
+    raw = yaml.safe_load((ROOT / "thresholds.yaml").read_text())["gates"]
+    assert all(g.get("description") for g in raw)
