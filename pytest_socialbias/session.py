@@ -204,29 +204,19 @@ class SocialBiasRun:
     def record_for(self, item) -> dict:
         """The record of ``item``'s case; starts the item's whole batch on first use.
 
-        A single process (no xdist) also starts the next batch in collection order, so
-        the requests of one batch's slowest dialogues overlap with the next batch's
-        instead of leaving the concurrency budget idle. (An xdist worker cannot know
-        which batch it gets next, so it runs one batch at a time.)
+        A single process (no xdist) starts every selected case at once: all requests
+        share the concurrency budget, so the run's wall time approaches the longest
+        dialogue's chain of calls instead of adding up batch by batch. (An xdist worker
+        cannot know which batches it gets next, so it runs one batch at a time.)
         """
         key = item.case.key
         if key not in self._futures:
             self._start(item.batch_id, [item.case])
             if not self.is_worker:
-                following = self._next_batch(item.batch_id)
-                if following is not None:
-                    self._start(following, [])
+                for batch_id in self.batches:
+                    self._start(batch_id, [])
         self._wait(item.batch_id, key)
         return self.results[key]
-
-    def _next_batch(self, batch_id: str) -> str | None:
-        order = list(self.batches)
-        if batch_id not in order:
-            return None
-        for candidate in order[order.index(batch_id) + 1 :]:
-            if any(i.case.key not in self._futures for i in self.batches[candidate]):
-                return candidate
-        return None
 
     def _start(self, batch_id: str, extra: list) -> None:
         """Submit every not yet started case of the batch (and ``extra``) to the loop."""

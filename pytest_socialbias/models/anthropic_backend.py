@@ -47,32 +47,38 @@ class AnthropicBackend:
         # Anthropic gives no token log-probabilities: top_logprobs is ignored, and
         # callers see logprobs=None. It has no seed either.
         system, turns = split_system(messages)
-        # This SDK's messages.create() has no temperature/top_p arguments; the API still
-        # takes them in the body.
-        sampling = {k: v for k, v in params.items() if k in ("temperature", "top_p")}
-        kwargs = {"system": system} if system is not None else {}
-        message = await self._client.messages.create(
-            model=self.spec.model,
-            messages=turns,
-            max_tokens=int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
-            extra_body=sampling or None,
-            **kwargs,
-        )
-        blocks = getattr(message, "content", None)
-        if blocks is None:
-            raise MalformedResponse("the response has no content")
-        text = "".join(getattr(b, "text", "") for b in blocks if getattr(b, "type", "") == "text")
-        if not blocks and message.stop_reason not in ("refusal", "max_tokens"):
-            raise MalformedResponse("the response has an empty content list")
-        usage = message.usage
-        return ChatResponse(
-            text=text,
-            finish_reason=_STOP_REASONS.get(message.stop_reason or "", message.stop_reason or FINISH_STOP),
-            prompt_tokens=getattr(usage, "input_tokens", None),
-            completion_tokens=getattr(usage, "output_tokens", None),
-            logprobs=None,
-            model=message.model,
-        )
+        body = {
+            "model": self.spec.model,
+            "messages": turns,
+            "max_tokens": int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
+        }
+        body.update({k: v for k, v in params.items() if k in ("temperature", "top_p")})
+        if system is not None:
+            body["system"] = system
+        # The SDK's low-level post: its auth, retries and error types, without the typed
+        # transform and model construction (see openai_backend).
+        data = await self._client.post("/v1/messages", body=body, cast_to=object)
+        return parse_message(data)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def parse_message(data) -> ChatResponse:
+    """An Anthropic messages JSON body -> ChatResponse; MalformedResponse if unusable."""
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise MalformedResponse("the response has no content list")
+    blocks = data["content"]
+    stop_reason = data.get("stop_reason") or ""
+    if not blocks and stop_reason not in ("refusal", "max_tokens"):
+        raise MalformedResponse("the response has an empty content list")
+    text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return ChatResponse(
+        text=text,
+        finish_reason=_STOP_REASONS.get(stop_reason, stop_reason or FINISH_STOP),
+        prompt_tokens=usage.get("input_tokens"),
+        completion_tokens=usage.get("output_tokens"),
+        logprobs=None,
+        model=data.get("model"),
+    )
