@@ -46,6 +46,8 @@ def script(req: FakeRequest):
             if "GARBLEJUDGE" in " ".join(m["content"] for m in req.messages):
                 return "Hmm, hard to say."
             return "Yes" if BIASED_REPLY in question else "No"
+        if "rate how naturally" in prompt:
+            return "4"
         if "refused" in prompt:
             return '{"refusal": true}' if REFUSAL_REPLY in question else '{"refusal": false}'
     return Reply(f"unexpected request for model {req.model!r}", finish_reason="stop")
