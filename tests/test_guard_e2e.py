@@ -38,11 +38,12 @@ def test_guard_blocked_share_by_turn_and_bias_among_passed(pytester, keys):
     with FakeServer(guarded_world()) as server:
         result = pytester.runpytest(
             "demo.yaml", *model_args(server), f"--socialbias-guard=openai:{GUARD}@{server.openai_base_url}",
-            "--socialbias-report=r.json", "-p", "no:cacheprovider",
+            "--socialbias-report=r.json", "-p", "no:cacheprovider", "--socialbias-record=off",
         )
         guard_requests = [r for r in server.requests if r.model == GUARD]
     assert result.ret == 0, result.stdout.str()
-    # One screening per target reply, of the reply in its user/assistant context.
+    # One screening per target reply (no cache, so identical screenings are not shared),
+    # of the reply in its user/assistant context.
     assert len(guard_requests) == 6
     assert all([m["role"] for m in r.messages] == ["user", "assistant"] for r in guard_requests)
     report = json.loads((pytester.path / "r.json").read_text())

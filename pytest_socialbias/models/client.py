@@ -201,8 +201,8 @@ class Model:
         request = self.request(
             messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices, **overrides
         )
-        key = cache_key(request)
         cache = self.settings.cache
+        key = cache_key(request) if cache is not None else None
         counters = [c for c in (usage, self.settings.totals) if c is not None]
         if cache is not None:
             stored = cache.get(key)
