@@ -9,7 +9,6 @@ single process with ``-n 0``/``-p no:xdist``) collects the records from
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 import threading
 import time
 import traceback
@@ -83,6 +82,8 @@ class SocialBiasRun:
         self.progress = None  # callable(str | None) set by the plugin when on a terminal
         self.uses_local_default = False
         self.guard_kind: str | None = None
+        self._warm_thread: threading.Thread | None = None
+        self._settings_lock = threading.Lock()
         self.notes: list[str] = []  # controller-side notes (what a lenient loader skipped)
         self.setup_error: str | None = None  # a worker's model problem, shown by each item
 
@@ -110,13 +111,22 @@ class SocialBiasRun:
         self._warm_up()
 
     def _warm_up(self) -> None:
-        """Import the SDKs the specs need in a background thread, while pytest collects:
-        importing openai takes ~0.75 s, which would otherwise stall the first batch."""
-        modules = sorted({spec.provider for spec in self.specs.values()} & {"openai", "anthropic"})
-        if modules:
-            threading.Thread(
-                target=lambda: [importlib.import_module(m) for m in modules], name="socialbias-warm-up", daemon=True
-            ).start()
+        """Build the API backends in a background thread while pytest collects: importing
+        the openai SDK (~0.75 s) and loading CA certificates for its client (~0.25 s)
+        would otherwise stall the first batch's event loop."""
+        api_roles = [role for role, spec in self.specs.items() if spec.provider in ("openai", "anthropic")]
+        if not api_roles:
+            return
+
+        def build() -> None:
+            for role in api_roles:
+                try:
+                    self.model_settings.backend_for(self.specs[role], ROLE_OPTIONS[role])
+                except Exception:  # the real call reports any problem where it belongs
+                    return
+
+        self._warm_thread = threading.Thread(target=build, name="socialbias-warm-up", daemon=True)
+        self._warm_thread.start()
 
     def _parse_specs(self) -> None:
         s = self.settings
@@ -174,6 +184,10 @@ class SocialBiasRun:
 
     @property
     def model_settings(self) -> ModelSettings:
+        with self._settings_lock:
+            return self._make_model_settings()
+
+    def _make_model_settings(self) -> ModelSettings:
         if self._model_settings is None:
             cache = None
             if self.settings.record != "off":

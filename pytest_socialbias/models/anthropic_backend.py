@@ -25,7 +25,7 @@ def split_system(messages: list[dict]) -> tuple[str | None, list[dict]]:
 
 
 class AnthropicBackend:
-    def __init__(self, spec: ModelSpec, api_key: str, timeout: float, max_retries: int):
+    def __init__(self, spec: ModelSpec, api_key: str, timeout: float, max_retries: int, http_clients=None):
         import anthropic  # lazy
 
         self.spec = spec
@@ -34,7 +34,7 @@ class AnthropicBackend:
             base_url=spec.base_url,
             timeout=timeout,
             max_retries=max_retries,
-            http_client=aiohttp_client(anthropic),
+            http_client=aiohttp_client(anthropic, http_clients),
         )
 
     @property

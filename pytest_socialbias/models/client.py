@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 
 from ..cache import CallCache, cache_key
@@ -39,6 +40,8 @@ class ModelSettings:
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
     _backends: dict = field(default_factory=dict)
+    _http_clients: dict = field(default_factory=dict)  # one HTTP client per SDK, shared
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def backend_for(self, spec: ModelSpec, option: str):
         """One backend per endpoint and process, shared by the roles that use it.
@@ -48,9 +51,10 @@ class ModelSettings:
         Decoding parameters travel with each call, so they are not part of the identity.
         """
         identity = (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())))
-        if identity not in self._backends:
-            self._backends[identity] = build_backend(spec, option, self.local_threads)
-        return self._backends[identity]
+        with self._lock:  # the warm-up thread and the event loop may both ask
+            if identity not in self._backends:
+                self._backends[identity] = build_backend(spec, option, self.local_threads, self._http_clients)
+            return self._backends[identity]
 
     async def aclose(self) -> None:
         for backend in self._backends.values():
@@ -89,7 +93,7 @@ def check_credentials(spec: ModelSpec, option: str) -> str | None:
     )
 
 
-def build_backend(spec: ModelSpec, option: str, local_threads: int | None = None):
+def build_backend(spec: ModelSpec, option: str, local_threads: int | None = None, http_clients: dict | None = None):
     key = check_credentials(spec, option)
     if spec.provider == "local":
         return local_backend.LocalBackend(spec, option, threads=local_threads)
@@ -98,11 +102,11 @@ def build_backend(spec: ModelSpec, option: str, local_threads: int | None = None
     if spec.provider == "openai":
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(spec, key, timeout, retries)
+        return OpenAIBackend(spec, key, timeout, retries, http_clients)
     if spec.provider == "anthropic":
         from .anthropic_backend import AnthropicBackend
 
-        return AnthropicBackend(spec, key, timeout, retries)
+        return AnthropicBackend(spec, key, timeout, retries, http_clients)
     raise ConfigError(f"{option}={spec}: unknown provider {spec.provider!r}")
 
 

@@ -11,7 +11,7 @@ NO_KEY_PLACEHOLDER = "not-needed"
 
 
 class OpenAIBackend:
-    def __init__(self, spec: ModelSpec, api_key: str, timeout: float, max_retries: int):
+    def __init__(self, spec: ModelSpec, api_key: str, timeout: float, max_retries: int, http_clients=None):
         import openai  # lazy: a missing SDK costs nothing until used
 
         self.spec = spec
@@ -20,7 +20,7 @@ class OpenAIBackend:
             base_url=spec.base_url,  # None: the SDK's default or OPENAI_BASE_URL
             timeout=timeout,
             max_retries=max_retries,
-            http_client=aiohttp_client(openai),
+            http_client=aiohttp_client(openai, http_clients),
         )
         # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens);
         # compatible servers (vLLM, llama.cpp, Ollama) all understand max_tokens.
