@@ -49,3 +49,24 @@ def test_local_answers_are_reproducible_and_replayed(pytester):
     replay = pytester.runpytest(*args, "--socialbias-record=none", "--socialbias-report=d.json")
     assert replay.ret == 0
     assert json.loads((pytester.path / "d.json").read_text())["cases"] == a["cases"]
+
+
+def test_repeated_draws_differ_and_each_is_reproducible():
+    import asyncio
+
+    from pytest_socialbias.models import ModelSettings, parse_spec
+    from pytest_socialbias.models.client import Model
+
+    model = Model("user", parse_spec("local?max_tokens=24&temperature=0.9"), "--user-model", ModelSettings())
+    messages = [{"role": "user", "content": "Write one sentence about the sea."}]
+
+    async def draws():
+        first = await model.chat(messages, sample=0)
+        again = await model.chat(messages, sample=0)
+        second = await model.chat(messages, sample=1)
+        await model.settings.aclose()
+        return first.text, again.text, second.text
+
+    first, again, second = asyncio.run(draws())
+    assert first == again  # seeded from the request: reproducible without a cache
+    assert first != second  # a retry (sample 1) is a new draw, not the same answer

@@ -229,12 +229,13 @@ class Model:
         last: BaseException | None = None
         for _attempt in range(1 + MALFORMED_RETRIES):
             try:
-                if "choices" in request:
-                    return await self.backend.complete(
-                        request["messages"], request["params"], request["top_logprobs"], choices=request["choices"]
-                    )
+                extra = {}
+                if self.spec.provider == "local":
+                    # Local sampling is seeded from the request: a repeated draw needs its
+                    # sample index to come out different.
+                    extra = {"choices": request.get("choices"), "sample": request["sample"]}
                 return await self.backend.complete(
-                    request["messages"], request["params"], request["top_logprobs"]
+                    request["messages"], request["params"], request["top_logprobs"], **extra
                 )
             except (MalformedResponse, json.JSONDecodeError) as exc:
                 last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times

@@ -118,9 +118,9 @@ class LocalBackend:
         return self._models[with_logprobs]
 
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
     ) -> ChatResponse:
-        return await asyncio.to_thread(self._complete, messages, params, top_logprobs, choices)
+        return await asyncio.to_thread(self._complete, messages, params, top_logprobs, choices, sample)
 
     def _grammar(self, choices: list):
         """A GBNF grammar that admits exactly one of ``choices`` (e.g. Yes | No)."""
@@ -133,12 +133,12 @@ class LocalBackend:
         return self._grammars[key]
 
     def _complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
     ) -> ChatResponse:
         kwargs = {k: params[k] for k in ("temperature", "top_p", "max_tokens") if k in params}
         # Sampling is seeded from the request itself unless the spec fixes a seed, so the
         # same request gives the same answer, with or without the cache.
-        kwargs["seed"] = params.get("seed", _request_seed(messages, params))
+        kwargs["seed"] = params.get("seed", _request_seed(messages, params, sample))
         if top_logprobs is not None:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = top_logprobs
@@ -171,8 +171,8 @@ class LocalBackend:
             self._models.clear()
 
 
-def _request_seed(messages: list[dict], params: dict) -> int:
-    text = json.dumps([messages, params], sort_keys=True, ensure_ascii=False)
+def _request_seed(messages: list[dict], params: dict, sample: int = 0) -> int:
+    text = json.dumps([messages, params, sample], sort_keys=True, ensure_ascii=False)
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
 
 
