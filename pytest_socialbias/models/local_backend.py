@@ -147,6 +147,11 @@ class LocalBackend:
                 # A small model ignores "answer Yes or No"; a grammar makes it comply.
                 kwargs["grammar"] = self._grammar(choices)
             model = self._model(top_logprobs is not None)
+            # llama.cpp reuses the KV cache of the previous call's matching prefix, and
+            # the numbers then differ slightly from a fresh evaluation, enough to change a
+            # sampled answer. Starting from a clean state makes the answer a function of
+            # the request alone (at the cost of re-reading shared prompt prefixes).
+            model.reset()
             try:
                 out = model.create_chat_completion(messages=messages, **kwargs)
             except ValueError as exc:  # e.g. "Requested tokens (5000) exceed context window of 4096"
