@@ -56,10 +56,29 @@ _OPTIONS = [
 ]
 
 
+_METAVARS = {
+    "socialbias_target": "SPEC",
+    "socialbias_judge": "SPEC",
+    "socialbias_user_model": "SPEC",
+    "socialbias_guard": "SPEC",
+    "socialbias_concurrency": "N",
+    "socialbias_batch_size": "N",
+    "socialbias_turns": "N",
+    "socialbias_threads": "N",
+    "socialbias_record": "MODE",
+    "socialbias_cache_dir": "DIR",
+    "socialbias_fairmt_dir": "DIR",
+    "socialbias_thresholds": "PATH",
+    "socialbias_report": "PATH",
+    "socialbias_system_prompt": "TEXT",
+    "socialbias_guard_kind": "KIND",
+}
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("socialbias", "social-bias release gates (pytest-socialbias)")
     for option, dest, help_text, default in _OPTIONS:
-        group.addoption(option, dest=dest, default=None, help=help_text)
+        group.addoption(option, dest=dest, default=None, help=help_text, metavar=_METAVARS.get(dest, "VALUE"))
         parser.addini(dest, help=help_text, default=default)
     group.addoption(
         "--socialbias-strict", dest="socialbias_strict", action="store_true", default=None,
