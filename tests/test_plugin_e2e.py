@@ -225,7 +225,8 @@ def test_category_markers_select(project, server):
     assert sorted(c["id"] for c in report["cases"]) == ["gender-001", "gender-002"]
 
 
-def test_batch_runs_cases_concurrently(pytester, keys):
+def peak_in_flight_world(delay: float):
+    """The fake world, plus the peak number of requests the server held at once."""
     import asyncio
     import threading
 
@@ -236,11 +237,16 @@ def test_batch_runs_cases_concurrently(pytester, keys):
         with lock:
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(delay)
         with lock:
             state["now"] -= 1
         return fakeworld.script(req)
 
+    return script, state
+
+
+def test_batch_runs_cases_concurrently(pytester, keys):
+    script, state = peak_in_flight_world(0.05)
     cases = [(f"age-{i:03d}", "age", "Plain.") for i in range(16)]
     pytester.makefile(".yaml", demo=suite_yaml(cases))
     with FakeServer(script) as srv:
@@ -250,21 +256,7 @@ def test_batch_runs_cases_concurrently(pytester, keys):
 
 
 def test_concurrency_option_bounds_requests_in_flight(pytester, keys):
-    import asyncio
-    import threading
-
-    state = {"now": 0, "max": 0}
-    lock = threading.Lock()
-
-    async def script(req):
-        with lock:
-            state["now"] += 1
-            state["max"] = max(state["max"], state["now"])
-        await asyncio.sleep(0.02)
-        with lock:
-            state["now"] -= 1
-        return fakeworld.script(req)
-
+    script, state = peak_in_flight_world(0.02)
     cases = [(f"age-{i:03d}", "age", "Plain.") for i in range(8)]
     pytester.makefile(".yaml", demo=suite_yaml(cases))
     with FakeServer(script) as srv:
