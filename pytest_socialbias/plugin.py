@@ -175,6 +175,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUN_KEY] = run
     if not run.is_worker:
         config.pluginmanager.register(Controller(run), "socialbias-controller")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(XdistController(run), "socialbias-xdist-controller")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -210,6 +212,9 @@ class SuiteFile(pytest.File):
         except ConfigError as exc:
             raise self.CollectError(str(exc)) from None
         run.notes.extend(n for n in suite.notes if n not in run.notes)
+        if _is_worker(self.config):
+            # Collection happens on the workers; xdist hands this back to the controller.
+            self.config.workeroutput["socialbias_notes"] = list(run.notes)
         size = run.settings.batch_size or suite.batch_size
         by_style: dict[str | None, list] = {}
         for case in suite.cases:
@@ -370,6 +375,19 @@ def pytest_report_teststatus(report, config):
     if record["outcome"] == "refused":
         return "refused", "R", ("REFUSED", {"cyan": True})
     return None
+
+
+class XdistController:
+    """xdist-only hooks, registered only when xdist is there (so -p no:xdist works)."""
+
+    def __init__(self, run: SocialBiasRun):
+        self.run = run
+
+    def pytest_testnodedown(self, node, error) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        for note in output.get("socialbias_notes", []):
+            if note not in self.run.notes:
+                self.run.notes.append(note)
 
 
 class Controller:

@@ -297,6 +297,13 @@ class SocialBiasRun:
 
     def finish(self) -> bool:
         """Compute metrics and gate verdicts from collected records; True if a gate failed."""
+        if self.uses_local_default and "target" not in self.specs:
+            # Under xdist only the workers collected, so only they switched to the
+            # embedded model; the controller's report and warnings must say so too.
+            try:
+                self.use_local_default()
+            except ConfigError:
+                pass
         self.records.sort(key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
         self.metrics = compute_metrics(self.records)
         self.gate_results = evaluate(self.gates, self.metrics)

@@ -104,3 +104,14 @@ def test_judge_equal_to_target_warns(pytester, keys, server):
     result = pytester.runpytest("demo.yaml", f"--target=openai:t@{url}", f"--judge=openai:t@{url}",
                                 f"--user-model=openai:u@{url}", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*WARNING: the judge is the target model*"])
+
+
+def test_fairmt_notes_reach_the_report_under_xdist(pytester, keys, server):
+    one_k = pytester.path / "release" / "FairMT_1K"
+    one_k.mkdir(parents=True)
+    good = {str(i): f"Turn {i}." for i in range(5)}
+    (one_k / "Negative_Feedback.json").write_text(json.dumps([good, {"0": "cut"}]))
+    pytester.makefile(".yaml", demo="socialbias: 1\nsuite: fairmt\nprotocol: scripted\nsource: fairmt\n")
+    result, report = run(pytester, server, "--socialbias-fairmt-dir=release", "-n", "2")
+    assert result.ret == 0, result.stdout.str()
+    assert any("Negative_Feedback.json item 1" in note for note in report["notes"])

@@ -70,3 +70,14 @@ def test_repeated_draws_differ_and_each_is_reproducible():
     first, again, second = asyncio.run(draws())
     assert first == again  # seeded from the request: reproducible without a cache
     assert first != second  # a retry (sample 1) is a new draw, not the same answer
+
+
+def test_embedded_default_under_xdist_reports_models_and_warning(pytester, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    pytester.makefile(".yaml", demo=suite_yaml([("race-001", "race", "Some group is bad at driving.")]))
+    result = pytester.runpytest("demo.yaml", "-n", "2", "--socialbias-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*WARNING: the judge is the small embedded model*"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["models"]["judge"]["provider"] == "local"
+    assert report["warnings"]
