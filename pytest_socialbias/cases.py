@@ -6,6 +6,8 @@ the line, the path inside the document and what was expected.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -68,6 +70,7 @@ class Case:
     style: str | None = None  # user-simulator style, or scripted track
     turns: int = DEFAULT_TURNS
     user_turns: tuple | None = None  # fixed user turns given by the source (FairMT files)
+    suite_sha256: str = ""  # of the suite file (and its seeds file): report metadata
 
     @property
     def key(self) -> str:
@@ -85,6 +88,7 @@ class Case:
             "style": self.style,
             "turns": self.turns,
             "user_turns": list(self.user_turns) if self.user_turns is not None else None,
+            "suite_sha256": self.suite_sha256,
         }
 
 
@@ -197,6 +201,10 @@ def load_suite(path: str | Path, *, turns: int | None = None, fairmt_dir: str | 
         else:
             entries, entries_node, source = [(raw, ["cases", i]) for i, raw in enumerate(data["cases"])], node, path
         cases = _seed_cases(entries, entries_node, source, name, protocol, styles, suite_turns)
+    digest = hashlib.sha256(path.read_bytes())
+    if "seeds" in data:
+        digest.update((path.parent / data["seeds"]).resolve().read_bytes())
+    cases = [dataclasses.replace(c, suite_sha256=digest.hexdigest()) for c in cases]
     # Sorted, so that every xdist worker collects the same list in the same order.
     cases.sort(key=lambda c: (c.id, c.style or ""))
     return Suite(

@@ -321,6 +321,7 @@ async def run_case(case, roles: Roles) -> dict:
         "group": case.group,
         "style": case.style,
         "turns_planned": case.turns,
+        "suite_sha256": case.suite_sha256,
     }
     try:
         result = await PROTOCOLS[case.protocol](case, roles, usage)

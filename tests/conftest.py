@@ -1,6 +1,9 @@
+import json
 import textwrap
 
 import pytest
+
+from pytest_socialbias.report.json_report import validate_report
 
 from pytest_socialbias.testing import FakeServer
 
@@ -57,3 +60,10 @@ def model_args(server, target="t", judge="j", user="u", params=""):
 
 def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip()
+
+
+def read_report(path):
+    """A JSON report, checked against the published schema (every test reads them so)."""
+    data = json.loads(open(path, encoding="utf-8").read())
+    validate_report(data)
+    return data

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import re
 import textwrap
 from pathlib import Path
@@ -95,6 +97,7 @@ def test_valid_suite(tmp_path):
         statement="Older people are slow.",
         style="assessment",
         turns=3,
+        suite_sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
     )
     assert first.key == "demo::alpha-1[assessment]"
     assert len({c.key for c in suite.cases}) == 6
@@ -138,6 +141,7 @@ def test_case_to_dict_is_builtins_only():
         "style": "implicit",
         "turns": 2,
         "user_turns": None,
+        "suite_sha256": "",
     }
 
 

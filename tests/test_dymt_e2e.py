@@ -16,7 +16,7 @@ import pytest
 from pytest_socialbias.testing import FakeServer
 
 from . import dymtworld
-from .conftest import model_args, thresholds_yaml
+from .conftest import model_args, thresholds_yaml, read_report
 from .dymtworld import BIASED_REPLY, COHERENCE, FAIR_REPLY, REFUSAL_REPLY, DymtWorld
 
 # (id, category, plan): plan[t-1] is what the target does at turn t: 0 fair, 1 biased, R refusal.
@@ -237,7 +237,7 @@ def run(pytester, server, *extra, report="r.json"):
         "-p", "no:cacheprovider", *extra,
     )
     path = pytester.path / report
-    data = json.loads(path.read_text()) if path.exists() else None
+    data = read_report(path) if path.exists() else None
     return result, data
 
 

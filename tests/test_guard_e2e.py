@@ -7,7 +7,7 @@ import json
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld
-from .conftest import model_args, suite_yaml
+from .conftest import model_args, suite_yaml, read_report
 
 GUARD = "meta-llama/Llama-Guard-3-8B"
 CASES = [
@@ -46,7 +46,7 @@ def test_guard_blocked_share_by_turn_and_bias_among_passed(pytester, keys):
     # of the reply in its user/assistant context.
     assert len(guard_requests) == 6
     assert all([m["role"] for m in r.messages] == ["user", "assistant"] for r in guard_requests)
-    report = json.loads((pytester.path / "r.json").read_text())
+    report = read_report(pytester.path / "r.json")
     blocked = rows(report, "guard_blocked@1")[(None, None)]
     assert (blocked["value"], blocked["n"]) == (round(1 / 3, 6), 3)
     assert rows(report, "guard_blocked_rate")[(None, None)]["value"] == round(2 / 6, 6)
@@ -66,7 +66,7 @@ def test_unreadable_guard_output_is_counted_without_voiding_bias_labels(pytester
             "demo.yaml", *model_args(server), f"--socialbias-guard=openai:{GUARD}@{server.openai_base_url}",
             "--socialbias-report=r.json", "-p", "no:cacheprovider",
         )
-    report = json.loads((pytester.path / "r.json").read_text())
+    report = read_report(pytester.path / "r.json")
     assert {c["outcome"] for c in report["cases"]} == {"clean", "biased"}
     assert rows(report, "guard_error_rate")[(None, None)]["value"] == 1.0
     assert rows(report, "guard_blocked_rate")[(None, None)]["n"] == 0

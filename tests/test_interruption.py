@@ -12,7 +12,7 @@ import time
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld
-from .conftest import suite_yaml
+from .conftest import suite_yaml, read_report
 
 CONCURRENCY = 2
 
@@ -44,7 +44,7 @@ def test_sigkill_then_rerun_repeats_no_completed_call(tmp_path):
         assert done.returncode == 0, done.stdout
         full_count = server.request_count
         clean_keys = {request_key(r) for r in server.requests}
-        expected = json.loads((clean / "r.json").read_text())
+        expected = read_report(clean / "r.json")
 
         server.clear()
         proc = subprocess.Popen(pytest_command(server, "r.json"), cwd=tmp_path, env=env,
@@ -68,6 +68,6 @@ def test_sigkill_then_rerun_repeats_no_completed_call(tmp_path):
     assert len(repeated) <= CONCURRENCY
     # Together the two runs asked exactly the questions of an uninterrupted run.
     assert {request_key(r) for r in first} | {request_key(r) for r in second} == clean_keys
-    report = json.loads((tmp_path / "r.json").read_text())
+    report = read_report(tmp_path / "r.json")
     assert report["cases"] == expected["cases"]
     assert report["metrics"] == expected["metrics"]

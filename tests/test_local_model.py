@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from .conftest import suite_yaml
+from .conftest import suite_yaml, read_report
 
 pytestmark = pytest.mark.local_model
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -23,7 +23,7 @@ def test_no_model_options_runs_a_short_dialogue_on_the_embedded_model(pytester, 
     result = pytester.runpytest("demo.yaml", "--socialbias-report=r.json", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*WARNING: the judge is the small embedded model*", "1 cases: *"])
-    report = json.loads((pytester.path / "r.json").read_text())
+    report = read_report(pytester.path / "r.json")
     case = report["cases"][0]
     # The grammar-constrained judge always answers Yes or No: a real label, no judge error.
     assert case["errors"] == []
@@ -40,15 +40,15 @@ def test_local_answers_are_reproducible_and_replayed(pytester):
     first = pytester.runpytest(*args, "--socialbias-record=off", "--socialbias-report=a.json")
     second = pytester.runpytest(*args, "--socialbias-record=off", "--socialbias-report=b.json")
     assert first.ret == second.ret == 0
-    a = json.loads((pytester.path / "a.json").read_text())
-    b = json.loads((pytester.path / "b.json").read_text())
+    a = read_report(pytester.path / "a.json")
+    b = read_report(pytester.path / "b.json")
     # Sampling is seeded from the request, so the same run gives the same dialogue.
     assert a["cases"] == b["cases"]
     # Through the cache: the second run replays everything.
     pytester.runpytest(*args, "--socialbias-report=c.json")
     replay = pytester.runpytest(*args, "--socialbias-record=none", "--socialbias-report=d.json")
     assert replay.ret == 0
-    assert json.loads((pytester.path / "d.json").read_text())["cases"] == a["cases"]
+    assert read_report(pytester.path / "d.json")["cases"] == a["cases"]
 
 
 def test_repeated_draws_differ_and_each_is_reproducible():
@@ -78,6 +78,6 @@ def test_embedded_default_under_xdist_reports_models_and_warning(pytester, monke
     result = pytester.runpytest("demo.yaml", "-n", "2", "--socialbias-report=r.json", "-p", "no:cacheprovider")
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["*WARNING: the judge is the small embedded model*"])
-    report = json.loads((pytester.path / "r.json").read_text())
+    report = read_report(pytester.path / "r.json")
     assert report["models"]["judge"]["provider"] == "local"
     assert report["warnings"]

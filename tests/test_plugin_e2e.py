@@ -9,7 +9,7 @@ import pytest
 from pytest_socialbias.testing import FakeServer, Fault
 
 from . import fakeworld
-from .conftest import model_args, suite_yaml, thresholds_yaml
+from .conftest import model_args, suite_yaml, thresholds_yaml, read_report
 
 CASES = [
     ("age-001", "age", "Plain statement one."),
@@ -47,7 +47,7 @@ def run(pytester, server, *extra, report="r.json"):
     data = None
     path = pytester.path / report
     if path.exists():
-        data = json.loads(path.read_text())
+        data = read_report(path)
     return result, data
 
 
@@ -177,7 +177,7 @@ def test_endpoint_that_always_fails_errors_items_and_counts_them(pytester, keys)
             "demo.yaml", f"--target=openai:t@{url}?max_retries=1", f"--judge=openai:j@{url}?max_retries=1",
             f"--user-model=openai:u@{url}?max_retries=1", "--socialbias-record=off", "--socialbias-report=r.json",
         )
-        report = json.loads((pytester.path / "r.json").read_text())
+        report = read_report(pytester.path / "r.json")
         # Each case's first call (the user simulator) was tried twice, then the case stopped.
         assert srv.request_count == 3 * 2
     assert_outcomes(result, errors=3)

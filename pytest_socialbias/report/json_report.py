@@ -30,6 +30,7 @@ def build_report(run) -> dict:
         "plugin_version": __version__,
         "models": {role: spec.to_dict() for role, spec in sorted(run.specs.items())},
         "prompt_templates": templates,
+        "suites": suite_metadata(run.records),
         "summary": {"cases": len(cases), "outcomes": outcome_counts(run.records)},
         "warnings": run.warnings,
         "notes": sorted(run.notes),
@@ -37,6 +38,31 @@ def build_report(run) -> dict:
         "metrics": run.metrics,
         "gates": run.gate_results,
     }
+
+
+def suite_metadata(records: list[dict]) -> dict:
+    """Per suite: protocol, the sha256 of its suite (and seeds) file, cases and seeds run."""
+    suites: dict[str, dict] = {}
+    for record in records:
+        entry = suites.setdefault(
+            record["suite"],
+            {"protocol": record["protocol"], "sha256": record.get("suite_sha256") or "0" * 64, "cases": 0, "ids": set()},
+        )
+        entry["cases"] += 1
+        entry["ids"].add(record["id"])
+    return {
+        name: {"protocol": e["protocol"], "sha256": e["sha256"], "cases": e["cases"], "seeds": len(e["ids"])}
+        for name, e in sorted(suites.items())
+    }
+
+
+def validate_report(data: dict) -> None:
+    """Raise jsonschema.ValidationError if ``data`` does not fit schemas/report.schema.json."""
+    import jsonschema
+
+    from ..cases import load_schema
+
+    jsonschema.Draft202012Validator(load_schema("report")).validate(data)
 
 
 def write_report(run, path: Path) -> None:
