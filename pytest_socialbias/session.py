@@ -302,8 +302,10 @@ class SocialBiasRun:
             # embedded model; the controller's report and warnings must say so too.
             try:
                 self.use_local_default()
-            except ConfigError:
-                pass
+            except ConfigError as exc:
+                # The workers ran the cases, so the results stand; say why the report
+                # cannot name the models instead of leaving it silently blank.
+                self.notes.append(f"the report's models are unknown: {exc}")
         self.records.sort(key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
         self.metrics = compute_metrics(self.records)
         self.gate_results = evaluate(self.gates, self.metrics)

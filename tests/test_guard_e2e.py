@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 from pytest_socialbias.testing import FakeServer
 

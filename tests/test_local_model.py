@@ -6,7 +6,6 @@ Marked ``local_model`` (deselect with ``-m "not local_model"``); skipped where t
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
