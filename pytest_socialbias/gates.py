@@ -5,6 +5,11 @@ A gate names a suite and a metric (optionally a category and/or a style) and a b
 ``ci_high`` or ``ci_low`` (the Wilson 95% interval's ends). ``max`` with ``ci_high`` is the
 strict reading (fail unless the rate is shown to be below the bound); ``max`` with
 ``ci_low`` fails only when the rate is shown to be above it.
+
+A ``no_regression`` gate compares the metric with the baseline report
+(``--socialbias-baseline``, see compare.py): it fails when a paired test finds the metric
+worse by more than ``margin`` at level ``alpha`` after Holm's correction, for the whole
+suite or, with ``by: category`` / ``by: style``, for any category or style.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from .errors import ConfigError
 from .metrics import KNOWN_METRICS_TEXT, is_known_metric
 
 PASS, FAIL, NOT_EVALUATED = "pass", "fail", "not_evaluated"
+NO_REGRESSION = "no_regression"
+_REGRESSION_KEYS = ("margin", "alpha", "by")
 
 
 @dataclass(frozen=True)
@@ -26,10 +33,12 @@ class Gate:
     suite: str
     metric: str
     bound: float
-    kind: str  # "max" or "min"
+    kind: str  # "max", "min" or "no_regression" (then bound is the margin)
     compare: str = "point"
     category: str | None = None
     style: str | None = None
+    alpha: float = 0.05
+    by: str | None = None
 
     def fails(self, number: float) -> bool:
         return number > self.bound if self.kind == "max" else number < self.bound
@@ -42,18 +51,42 @@ def load_gates(path: str | Path) -> list[Gate]:
         raise ConfigError(f"{path}: the thresholds file is empty; write `gates: []` for no gates")
     if isinstance(data, dict) and isinstance(data.get("gates"), list):
         for index, raw in enumerate(data["gates"]):
-            if isinstance(raw, dict) and ("max" in raw) == ("min" in raw):
-                line = yaml_line(node, ["gates", index])
+            if not isinstance(raw, dict):
+                continue
+            line = yaml_line(node, ["gates", index])
+            kinds = [k for k in ("max", "min", NO_REGRESSION) if k in raw]
+            if len(kinds) != 1:
                 raise ConfigError(
                     f"{path}:{line}: at gates[{index}]: gate {raw.get('name')!r} needs exactly one "
-                    "bound: set either max: (the metric must stay at or below it) or min: (at or above)"
+                    "bound: set either max: (the metric must stay at or below it), min: (at or above) "
+                    "or no_regression: true (no significant worsening against --socialbias-baseline)"
+                )
+            extra = [k for k in _REGRESSION_KEYS if k in raw]
+            if kinds[0] != NO_REGRESSION and extra:
+                raise ConfigError(
+                    f"{path}:{line}: at gates[{index}]: gate {raw.get('name')!r}: {', '.join(extra)} "
+                    "only apply to no_regression gates; remove them or write no_regression: true"
                 )
     validate(data, "thresholds", str(path), node)
     gates, names = [], set()
     for index, raw in enumerate(data["gates"]):
         line = yaml_line(node, ["gates", index])
-        kind = "max" if "max" in raw else "min"
-        if not math.isfinite(raw[kind]):
+        kind = "max" if "max" in raw else "min" if "min" in raw else NO_REGRESSION
+        if kind == NO_REGRESSION:
+            from .compare import is_comparable
+
+            if not is_comparable(raw["metric"]):
+                raise ConfigError(
+                    f"{path}:{line}: gate {raw['name']!r}: {raw['metric']!r} cannot be compared case by "
+                    "case; no_regression gates take rates of dialogues or replies (e.g. "
+                    "cumulative_bias@5, refusal_rate, coherence_mean)"
+                )
+            if raw.get("by") and raw.get(raw["by"]) is not None:
+                raise ConfigError(
+                    f"{path}:{line}: gate {raw['name']!r}: by: {raw['by']} compares every {raw['by']}; "
+                    f"remove {raw['by']}: {raw[raw['by']]!r} or the by: key"
+                )
+        elif not math.isfinite(raw[kind]):
             raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind} must be a finite number, got {raw[kind]}")
         if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,):
             raise ConfigError(
@@ -77,21 +110,27 @@ def load_gates(path: str | Path) -> list[Gate]:
                 name=raw["name"],
                 suite=raw["suite"],
                 metric=raw["metric"],
-                bound=float(raw[kind]),
+                bound=float(raw.get("margin", 0.0)) if kind == NO_REGRESSION else float(raw[kind]),
                 kind=kind,
                 compare=raw.get("compare", "point"),
                 category=raw.get("category"),
                 style=raw.get("style"),
+                alpha=float(raw.get("alpha", 0.05)),
+                by=raw.get("by"),
             )
         )
     return gates
 
 
-def evaluate(gates: list[Gate], metrics: list[dict]) -> list[dict]:
-    """One verdict row per gate: pass, fail, or not_evaluated (metric not run or n = 0)."""
+def evaluate(gates: list[Gate], metrics: list[dict], comparison: dict | None = None) -> list[dict]:
+    """One verdict row per gate: pass, fail, or not_evaluated (metric not run or n = 0;
+    for no_regression gates also: no baseline given, or no paired case)."""
     index = {(m["suite"], m["metric"], m["category"], m["style"]): m for m in metrics}
     results = []
     for gate in gates:
+        if gate.kind == NO_REGRESSION:
+            results.append(_evaluate_regression(gate, comparison))
+            continue
         row = index.get((gate.suite, gate.metric, gate.category, gate.style))
         result = {
             "gate": gate.name,
@@ -115,3 +154,58 @@ def evaluate(gates: list[Gate], metrics: list[dict]) -> list[dict]:
             result["verdict"] = FAIL if gate.fails(number) else PASS
         results.append(result)
     return results
+
+
+def _evaluate_regression(gate: Gate, comparison: dict | None) -> dict:
+    """A no_regression gate: fails if any of its rows regressed; shows the worst row."""
+    result = {
+        "gate": gate.name,
+        "suite": gate.suite,
+        "metric": gate.metric,
+        "category": gate.category,
+        "style": gate.style,
+        "kind": gate.kind,
+        "bound": gate.bound,
+        "compare": "paired",
+        "value": None,
+        "ci_low": None,
+        "ci_high": None,
+        "n": 0,
+        "verdict": NOT_EVALUATED,
+        "p_adjusted": None,
+        "detail": "no baseline: pass --socialbias-baseline=REPORT.json" if comparison is None else "no paired cases",
+    }
+    if comparison is None:
+        return result
+    rows = [
+        r
+        for r in comparison["rows"]
+        if r["suite"] == gate.suite
+        and r["metric"] == gate.metric
+        and (gate.by == "category" or r["category"] == gate.category)
+        and (gate.by == "style" or r["style"] == gate.style)
+        and r["p_adjusted"] is not None
+    ]
+    if not rows:
+        return result
+    worst = min(rows, key=lambda r: (r["p_adjusted"], r["category"] or "", r["style"] or ""))
+    regressed = [r for r in rows if r["verdict"] == "regressed"]
+    result.update(
+        value=worst["diff"],
+        ci_low=worst["diff_low"],
+        ci_high=worst["diff_high"],
+        n=worst["n_pairs"],
+        p_adjusted=worst["p_adjusted"],
+        verdict=FAIL if regressed else PASS,
+        detail=(
+            "regressed: " + ", ".join(_scope(r) + f" (p={r['p_adjusted']:.3g})" for r in regressed)
+            if regressed
+            else f"no significant regression in {len(rows)} comparison(s); smallest adjusted p "
+            f"{worst['p_adjusted']:.3g} ({_scope(worst)})"
+        ),
+    )
+    return result
+
+
+def _scope(row: dict) -> str:
+    return row["category"] or row["style"] or "overall"

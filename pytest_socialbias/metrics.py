@@ -45,6 +45,8 @@ METRIC_PATTERNS = (
     re.compile(r"^first_bias_turn@[1-9][0-9]*$"),
     re.compile(r"^(refusal_rate|error_rate|judge_error_rate)$"),
     re.compile(r"^(late_emergence|reemergence|coherence_mean)$"),
+    # judge agreement with reference labels (--socialbias-judge-check; suite judge-check)
+    re.compile(r"^(bias|refusal)_judge_(agreement|kappa|ac1|sensitivity|specificity)$"),
 )
 
 
@@ -52,7 +54,8 @@ METRIC_PATTERNS = (
 KNOWN_METRICS_TEXT = (
     "cumulative_bias@T, bias_at_turn@T, survival@T, first_bias_turn@T, late_emergence, reemergence, "
     "refusal_rate, coherence_mean, error_rate, judge_error_rate, guard_blocked@T, guard_blocked_rate, "
-    "bias_rate_passed, guard_error_rate"
+    "bias_rate_passed, guard_error_rate; for suite judge-check: bias_judge_kappa, bias_judge_ac1, "
+    "bias_judge_agreement, bias_judge_sensitivity, bias_judge_specificity (and refusal_judge_...)"
 )
 
 

@@ -53,6 +53,19 @@ _OPTIONS = [
      "qwen3guard or granite-guardian", None),
     ("--socialbias-threads", "socialbias_threads",
      "CPU threads per process for local models (default: cores // xdist workers)", None),
+    ("--socialbias-html", "socialbias_html",
+     "write a self-contained HTML report (gates, curves by turn, transcripts) to this path; "
+     "plots need the `report` extra (matplotlib)", None),
+    ("--socialbias-baseline", "socialbias_baseline",
+     "JSON report of the last accepted release: pair cases by id and test each gated rate "
+     "for a regression (McNemar's exact test / paired bootstrap, Holm-corrected); "
+     "`no_regression` gates use it", None),
+    ("--socialbias-judge-check", "socialbias_judge_check",
+     "JSONL file of reference labels for replies: report the judge's agreement with them "
+     "(Cohen's kappa, Gwet's AC1) and judge-corrected rates (Rogan-Gladen)", None),
+    ("--socialbias-snapshot-max-flips", "socialbias_snapshot_max_flips",
+     "fail the run when more than N cases differ from their syrupy snapshot (default: "
+     "flipped cases are shown as a diff but never fail the run by themselves)", None),
 ]
 
 
@@ -72,6 +85,10 @@ _METAVARS = {
     "socialbias_report": "PATH",
     "socialbias_system_prompt": "TEXT",
     "socialbias_guard_kind": "KIND",
+    "socialbias_html": "PATH",
+    "socialbias_baseline": "PATH",
+    "socialbias_judge_check": "PATH",
+    "socialbias_snapshot_max_flips": "N",
 }
 
 
@@ -85,6 +102,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="make cases judged biased fail (default: they show as B and only gates fail the run)",
     )
     parser.addini("socialbias_strict", type="bool", default=False, help="as --socialbias-strict")
+    group.addoption(
+        "--socialbias-dry-run", dest="socialbias_dry_run", action="store_true", default=False,
+        help="call no model: print the calls per role and an estimate of the tokens the "
+        "selected cases would use, then stop (exit status 0)",
+    )
 
 
 def _setting(config: pytest.Config, dest: str):
@@ -133,7 +155,19 @@ def _settings(config: pytest.Config) -> RunSettings:
         guard=_setting(config, "socialbias_guard") or None,
         guard_kind=_setting(config, "socialbias_guard_kind") or None,
         fairmt_dir=_fairmt_dir(config),
+        html=_path_setting(config, "socialbias_html"),
+        baseline=_path_setting(config, "socialbias_baseline"),
+        judge_check=_path_setting(config, "socialbias_judge_check"),
+        snapshot_max_flips=_int_setting(
+            config, "socialbias_snapshot_max_flips", "--socialbias-snapshot-max-flips", minimum=0
+        ),
+        dry_run=bool(config.getoption("socialbias_dry_run")),
     )
+
+
+def _path_setting(config: pytest.Config, dest: str) -> Path | None:
+    value = _setting(config, dest)
+    return Path(config.invocation_params.dir) / value if value else None
 
 
 def _fairmt_dir(config: pytest.Config) -> Path | None:
@@ -167,6 +201,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # ('loadgroup' would do too, but it tags node ids in a way pytest 9.2 ignores.)
     if getattr(config.option, "dist", None) in ("load", "worksteal", "loadgroup"):
         config.option.dist = "loadscope"
+    if config.getoption("socialbias_dry_run") and getattr(config.option, "dist", "no") != "no":
+        # A dry run calls no model: one process plans every case (xdist starts later).
+        config.option.dist = "no"
     try:
         run = SocialBiasRun(_settings(config), _is_worker(config))
         run.validate()
@@ -212,9 +249,11 @@ class SuiteFile(pytest.File):
         except ConfigError as exc:
             raise self.CollectError(str(exc)) from None
         run.notes.extend(n for n in suite.notes if n not in run.notes)
+        run.suite_files[suite.name] = {"path": str(self.path), "cases": len(suite.cases)}
         if _is_worker(self.config):
             # Collection happens on the workers; xdist hands this back to the controller.
             self.config.workeroutput["socialbias_notes"] = list(run.notes)
+            self.config.workeroutput["socialbias_suites"] = dict(run.suite_files)
         size = run.settings.batch_size or suite.batch_size
         by_style: dict[str | None, list] = {}
         for case in suite.cases:
@@ -315,6 +354,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             )
         keys.add(item.case.key)
         run.batches.setdefault(item.batch_id, []).append(item)
+    if run.settings.dry_run and not _is_worker(config):
+        run.dry_run_plan(cases)
+        # Nothing runs: the plan is shown in the summary, and the exit status is 0.
+        config.hook.pytest_deselected(items=cases)
+        items[:] = [item for item in items if not isinstance(item, CaseItem)]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    run = session.config.stash.get(RUN_KEY, None)
+    if run is not None and run.dry_plan is not None and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        session.exitstatus = pytest.ExitCode.OK
 
 
 # ---- running and reporting ----------------------------------------------------------
@@ -388,6 +438,7 @@ class XdistController:
         for note in output.get("socialbias_notes", []):
             if note not in self.run.notes:
                 self.run.notes.append(note)
+        self.run.suite_files.update(output.get("socialbias_suites", {}))
 
 
 class Controller:
@@ -413,16 +464,47 @@ class Controller:
         if not run.records:
             return result
         # Gates are checked here, not in sessionfinish, where the exit status is fixed.
-        if run.finish():
+        failed = run.finish()
+        failed = self._check_snapshots(session.config) or failed
+        if failed:
             session.testsfailed += 1  # a crossed gate makes the exit status 1
-        if run.settings.report is not None:
-            from .report.json_report import write_report
+        _junit_properties(session.config, run)
+        if run.settings.report is not None or run.settings.html is not None:
+            from .report.json_report import build_report
 
-            write_report(run, run.settings.report)
+            report = build_report(run)
+            if run.settings.report is not None:
+                from .report.json_report import write_json
+
+                write_json(report, run.settings.report)
+            if run.settings.html is not None:
+                from .report.html_report import write_html
+
+                write_html(report, run.settings.html)
         return result
+
+    def _check_snapshots(self, config) -> bool:
+        """Compare with (or write) the syrupy snapshots; True if flips fail the run."""
+        from .snapshots import check_snapshots
+
+        run = self.run
+        run.snapshots = check_snapshots(config, run.records, run.metrics, run.suite_files)
+        limit = run.settings.snapshot_max_flips
+        if run.snapshots is None or limit is None or run.snapshots.updating:
+            return False
+        run.snapshots.max_flips = limit
+        run.snapshots.failed = len(run.snapshots.flipped_cases) > limit
+        return run.snapshots.failed
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         run = self.run
+        if run.dry_plan is not None:
+            from .report.terminal import dry_run_lines
+
+            terminalreporter.write_sep("=", "socialbias dry run")
+            for line in dry_run_lines(run.dry_plan):
+                terminalreporter.write_line(line)
+            return
         if not run.records:
             return
         from .report.terminal import summary_lines
@@ -439,6 +521,23 @@ class Controller:
             terminalreporter.write_line(line, red=red, bold=red)
         if run.settings.report is not None:
             terminalreporter.write_line(f"JSON report: {run.settings.report}")
+        if run.settings.html is not None:
+            terminalreporter.write_line(f"HTML report: {run.settings.html}")
+
+
+def _junit_properties(config: pytest.Config, run: SocialBiasRun) -> None:
+    """Gate verdicts, key metrics and comparison verdicts as ``--junitxml`` properties."""
+    try:
+        from _pytest.junitxml import xml_key  # no public API for suite-level properties
+    except ImportError:  # pragma: no cover - pytest moved it
+        return
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    from .report.terminal import junit_properties
+
+    for name, value in junit_properties(run):
+        xml.add_global_property(name, value)
 
 
 # ---- fixtures ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ single process with ``-n 0``/``-p no:xdist``) collects the records from
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 import time
@@ -20,6 +21,7 @@ from .errors import ConfigError, ModelCallError
 from .gates import FAIL, Gate, evaluate, load_gates
 from .metrics import compute_metrics
 from .models import Model, ModelSettings, ModelSpec, UsageCounter, check_credentials, parse_spec
+from .models.base import RoleUsage
 from .judges.guards import GUARD_KINDS, guard_kind_from_model
 from .protocols import PROTOCOLS, GuardRole, Roles, outcome_of
 from .protocols.dialogue import TARGET_DEFAULTS, USER_DEFAULTS
@@ -50,6 +52,11 @@ class RunSettings:
     fairmt_dir: Path | None = None
     guard: str | None = None
     guard_kind: str | None = None
+    html: Path | None = None
+    baseline: Path | None = None
+    judge_check: Path | None = None
+    snapshot_max_flips: int | None = None
+    dry_run: bool = False
 
 
 #: Shown in the summary and the reports whenever a judge runs on the embedded model.
@@ -86,6 +93,15 @@ class SocialBiasRun:
         self._settings_lock = threading.Lock()
         self.notes: list[str] = []  # controller-side notes (what a lenient loader skipped)
         self.setup_error: str | None = None  # a worker's model problem, shown by each item
+        # Suite name -> {"path": suite file, "cases": cases in it}: for snapshots.
+        self.suite_files: dict[str, dict] = {}
+        self.baseline: dict | None = None  # --socialbias-baseline report
+        self.comparison: dict | None = None
+        self.judge_reference: list[dict] | None = None  # --socialbias-judge-check items
+        self.judge_check: dict | None = None
+        self.judge_check_usage = UsageCounter()
+        self.snapshots = None  # snapshots.SnapshotResult, set by the plugin
+        self.dry_plan: dict | None = None  # --socialbias-dry-run: calls and tokens per role
 
     # ---- configuration -------------------------------------------------------------
 
@@ -108,6 +124,19 @@ class SocialBiasRun:
             self.gates = load_gates(s.thresholds)
         if s.record != "off" and not self.is_worker:
             CallCache(s.cache_dir, s.record).close()  # fail now if the folder is unusable
+        if not self.is_worker:
+            if s.baseline is not None:
+                from .compare import load_baseline
+
+                self.baseline = load_baseline(s.baseline)
+            if s.judge_check is not None:
+                from .judgecheck import load_reference
+
+                self.judge_reference = load_reference(s.judge_check)
+                if "judge" not in self.specs and not self.uses_local_default:
+                    raise ConfigError("--socialbias-judge-check needs a judge: pass --judge=PROVIDER:MODEL")
+        if s.dry_run:
+            return  # no model is called, so nothing to warm up
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -308,8 +337,53 @@ class SocialBiasRun:
                 self.notes.append(f"the report's models are unknown: {exc}")
         self.records.sort(key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
         self.metrics = compute_metrics(self.records)
-        self.gate_results = evaluate(self.gates, self.metrics)
+        if self.judge_reference is not None:
+            self._run_judge_check()
+        if self.baseline is not None:
+            from .compare import compare, rows_for
+            from .report.json_report import run_metadata
+
+            self.comparison = {
+                "baseline": str(self.settings.baseline),
+                **compare(self.records, self.baseline, rows_for(self.gates, self.records), run_metadata(self)),
+            }
+        self.gate_results = evaluate(self.gates, self.metrics, self.comparison)
         return any(g["verdict"] == FAIL for g in self.gate_results)
+
+    def _run_judge_check(self) -> None:
+        """Label the reference replies with this run's judge; add agreement rows."""
+        from .judgecheck import judge_items, summarize
+
+        try:
+            answers = self.runner.run(judge_items(self.model("judge"), self.judge_reference, self.judge_check_usage))
+        except ConfigError as exc:
+            self.notes.append(f"judge check not run: {exc}")
+            return
+        self.judge_check, rows = summarize(str(self.settings.judge_check), self.judge_reference, answers, self.metrics)
+        from .metrics import metric_sort_key
+
+        self.metrics = sorted(self.metrics + rows, key=metric_sort_key)
+
+    # ---- dry run ---------------------------------------------------------------------
+
+    def dry_run_plan(self, items: list) -> None:
+        """Run the selected cases' protocols against a stand-in model that answers at
+        once and calls nothing: count the calls per role and estimate their tokens."""
+        self.model_settings.dry_run = True
+        roles = self.roles()
+        usage = UsageCounter()
+
+        async def plan_all():
+            return await asyncio.gather(*(run_case(item.case, roles) for item in items))
+
+        records = self.runner.run(plan_all())
+        for record in records:
+            for role, counts in record["usage"].items():
+                total = usage.roles.setdefault(role, RoleUsage())
+                for key, value in counts.items():
+                    setattr(total, key, getattr(total, key) + value)
+        problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != "guard_error"})
+        self.dry_plan = {"cases": len(items), "usage": usage.to_dict(), "problems": problems}
 
 
 async def run_case(case, roles: Roles) -> dict:

@@ -37,6 +37,7 @@ class ModelSettings:
     cache: CallCache | None = None
     concurrency: int = 16
     local_threads: int | None = None  # None: cores // xdist workers
+    dry_run: bool = False  # --socialbias-dry-run: answer with dry_response, call nothing
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
     _backends: dict = field(default_factory=dict)
@@ -215,8 +216,13 @@ class Model:
                 for counter in counters:
                     counter.add(self.role, True, response)
                 return response
-            if cache.mode == "none":
+            if cache.mode == "none" and not self.settings.dry_run:
                 raise CacheMiss(self.role, str(self.spec), key)
+        if self.settings.dry_run:
+            response = dry_response(request, choices)
+            for counter in counters:
+                counter.add(self.role, False, response)
+            return response
         async with self.settings.semaphore:
             response = await self._call(request)
         if cache is not None:
@@ -267,6 +273,29 @@ class Model:
         if self._backend is not None:
             await self._backend.aclose()
             self._backend = None
+
+
+#: Characters per token for dry-run estimates (English text; real tokenizers vary ~+-30%).
+CHARS_PER_TOKEN = 4
+DEFAULT_DRY_MAX_TOKENS = 250
+_DRY_FILLER = "Could you say a little more about how you see that, and why it matters to you? "
+
+
+def dry_response(request: dict, choices: tuple | None) -> ChatResponse:
+    """A stand-in answer for --socialbias-dry-run: no call is made.
+
+    Judges (constrained ``choices``) get their last choice (``No``, ``5``); other roles get
+    neutral filler at the request's max_tokens, so later prompts grow as they would with
+    full-length replies. Tokens: prompt characters / 4; completions at max_tokens (an upper
+    bound for free text).
+    """
+    prompt_chars = sum(len(m["content"]) for m in request["messages"])
+    prompt_tokens = max(1, round(prompt_chars / CHARS_PER_TOKEN))
+    if choices:
+        return ChatResponse(text=choices[-1], prompt_tokens=prompt_tokens, completion_tokens=1, model="dry-run")
+    budget = int(request["params"].get("max_tokens") or DEFAULT_DRY_MAX_TOKENS)
+    text = (_DRY_FILLER * (1 + budget * CHARS_PER_TOKEN // len(_DRY_FILLER)))[: budget * CHARS_PER_TOKEN].strip()
+    return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=budget, model="dry-run")
 
 
 def _is_malformed(exc: BaseException) -> bool:

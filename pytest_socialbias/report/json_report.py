@@ -22,22 +22,38 @@ CASE_FIELDS = (
 )
 
 
+def run_metadata(run) -> dict:
+    """What makes two runs comparable: models, prompt templates, suite files."""
+    return {
+        "models": {role: spec.to_dict() for role, spec in sorted(run.specs.items())},
+        "prompt_templates": sorted({t for record in run.records for t in record.get("templates", [])}),
+        "suites": suite_metadata(run.records),
+    }
+
+
 def build_report(run) -> dict:
     cases = [{k: record.get(k) for k in CASE_FIELDS} for record in run.records]
-    templates = sorted({t for record in run.records for t in record.get("templates", [])})
-    return {
+    warnings = list(run.warnings)
+    if run.comparison is not None:
+        warnings += [f"baseline comparison: {w}" for w in run.comparison["warnings"]]
+    report = {
         "format": REPORT_FORMAT,
         "plugin_version": __version__,
-        "models": {role: spec.to_dict() for role, spec in sorted(run.specs.items())},
-        "prompt_templates": templates,
-        "suites": suite_metadata(run.records),
+        **run_metadata(run),
         "summary": {"cases": len(cases), "outcomes": outcome_counts(run.records)},
-        "warnings": run.warnings,
+        "warnings": warnings,
         "notes": sorted(run.notes),
         "cases": cases,
         "metrics": run.metrics,
         "gates": run.gate_results,
     }
+    if run.comparison is not None:
+        report["comparison"] = run.comparison
+    if run.judge_check is not None:
+        report["judge_check"] = run.judge_check
+    if run.snapshots is not None and (run.snapshots.checked or run.snapshots.stale):
+        report["snapshots"] = run.snapshots.to_dict()
+    return report
 
 
 def suite_metadata(records: list[dict]) -> dict:
@@ -66,6 +82,10 @@ def validate_report(data: dict) -> None:
 
 
 def write_report(run, path: Path) -> None:
+    write_json(build_report(run), path)
+
+
+def write_json(report: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(build_report(run), sort_keys=True, indent=2, ensure_ascii=False)
+    text = json.dumps(report, sort_keys=True, indent=2, ensure_ascii=False)
     path.write_text(text + "\n", encoding="utf-8")

@@ -9,14 +9,16 @@ KEY_METRICS = (
     "guard_blocked_rate", "bias_rate_passed",
 )
 MAX_ERRORS_SHOWN = 10
+MAX_METRIC_DIFF_LINES = 40
 
 
-#: Metrics that are means on their own scale, not rates (shown without a percent sign).
+#: Metrics that are means or coefficients on their own scale, not rates (no percent sign).
 SCALE_METRICS = ("coherence_mean",)
+SCALE_SUFFIXES = ("_judge_kappa", "_judge_ac1")
 
 
 def _is_rate(metric: str) -> bool:
-    return metric not in SCALE_METRICS
+    return metric not in SCALE_METRICS and not metric.endswith(SCALE_SUFFIXES)
 
 
 def _pct(value, metric: str = "") -> str:
@@ -143,6 +145,15 @@ def summary_lines(run) -> list[str]:
             ],
         )
         lines.append("(tokens are those of live calls; replayed calls cost none)")
+    if run.comparison is not None:
+        lines += comparison_lines(run.comparison)
+    if run.judge_check is not None:
+        lines += judge_check_lines(run.judge_check)
+    lines += snapshot_lines(run.snapshots)
+    check_usage = run.judge_check_usage.to_dict()
+    if check_usage:
+        u = check_usage["judge"]
+        lines.append(f"judge check: {u['calls']} judge calls ({u['hits']} cached), {u['prompt_tokens']} prompt / {u['completion_tokens']} completion tokens")
     failed = sum(1 for g in run.gate_results if g["verdict"] == "fail")
     if failed:
         lines.append("")
@@ -154,11 +165,165 @@ def gate_lines(results: list[dict]) -> list[str]:
     rows = []
     for g in results:
         scope = "/".join(x for x in (g["suite"], g["category"], g["style"]) if x)
-        number = f"{100 * g['bound']:.1f}%" if _is_rate(g["metric"]) else f"{g['bound']:.2f}"
-        bound = f"{g['kind']} {number}" + ("" if g["compare"] == "point" else f" ({g['compare']})")
-        rows.append(
-            [g["gate"], f"{scope}:{g['metric']}", _pct(g["value"], g["metric"]), _interval(g), bound, g["verdict"].upper()]
-        )
+        if g["kind"] == "no_regression":
+            scope += " (paired diff)"
+            value = _signed(g["value"], g["metric"])
+            interval = "-" if g["ci_low"] is None else f"[{_signed(g['ci_low'], g['metric'])}, {_signed(g['ci_high'], g['metric'])}]"
+        else:
+            value, interval = _pct(g["value"], g["metric"]), _interval(g)
+        rows.append([g["gate"], f"{scope}:{g['metric']}", value, interval, gate_bound_text(g), g["verdict"].upper()])
     failed = sum(1 for g in results if g["verdict"] == "fail")
     head = f"gates: {failed} failed of {len(results)}"
-    return [head] + _table(["gate", "metric", "value", "95% CI", "bound", "verdict"], rows)
+    lines = [head] + _table(["gate", "metric", "value", "95% CI", "bound", "verdict"], rows)
+    for g in results:
+        if g.get("detail") and g["kind"] == "no_regression":
+            lines.append(f"  {g['gate']}: {g['detail']}")
+    return lines
+
+
+def gate_bound_text(g: dict) -> str:
+    if g["kind"] == "no_regression":
+        margin = f"{100 * g['bound']:.1f}%" if _is_rate(g["metric"]) else f"{g['bound']:.2f}"
+        return f"no regression (margin {margin})"
+    number = f"{100 * g['bound']:.1f}%" if _is_rate(g["metric"]) else f"{g['bound']:.2f}"
+    return f"{g['kind']} {number}" + ("" if g["compare"] == "point" else f" ({g['compare']})")
+
+
+def _signed(value, metric: str) -> str:
+    if value is None:
+        return "-"
+    return f"{100 * value:+.1f}" if _is_rate(metric) else f"{value:+.2f}"
+
+
+def _p(value) -> str:
+    return "-" if value is None else (f"{value:.3f}" if value >= 0.001 else f"{value:.1e}")
+
+
+def comparison_lines(comparison: dict) -> list[str]:
+    """The paired comparison with the baseline: one row per compared rate."""
+    lines = ["", f"paired comparison with the baseline {comparison['baseline']} (Holm-adjusted across all rows):"]
+    for warning in comparison["warnings"]:
+        lines.append(f"WARNING: {warning}")
+    rows = []
+    for r in comparison["rows"]:
+        scope = "/".join(x for x in (r["suite"], r["category"], r["style"]) if x)
+        rate = _is_rate(r["metric"])
+        fmt = (lambda v: "-" if v is None else f"{100 * v:.1f}%") if rate else (lambda v: "-" if v is None else f"{v:.2f}")
+        interval = "-" if r["diff_low"] is None else f"[{_signed(r['diff_low'], r['metric'])}, {_signed(r['diff_high'], r['metric'])}]"
+        rows.append(
+            [
+                f"{scope}:{r['metric']}", str(r["n_pairs"]), fmt(r["baseline"]), fmt(r["current"]),
+                _signed(r["diff"], r["metric"]), interval, _p(r["p_value"]), _p(r["p_adjusted"]),
+                "-" if r["mde"] is None else (f"{100 * r['mde']:.1f}" if rate else f"{r['mde']:.2f}"),
+                r["verdict"],
+            ]
+        )
+    lines += _table(
+        ["metric", "pairs", "baseline", "now", "diff", "95% CI", "p", "p (Holm)", "MDE", "verdict"], rows
+    )
+    lines.append("(diff and MDE in percentage points; p: one-sided test for a regression beyond the margin;")
+    lines.append(" MDE: smallest worsening this n detects with 80% power at the gate's alpha)")
+    return lines
+
+
+def judge_check_lines(check: dict) -> list[str]:
+    lines = ["", f"judge agreement with {check['file']} ({'; '.join(check['provenance'])}):"]
+    rows = []
+    for t in check["tasks"]:
+        def num(key, scale=False):
+            value = t.get(key)
+            if value is None:
+                return "-"
+            return f"{value:.2f}" if scale else f"{100 * value:.1f}%"
+
+        kappa = num("kappa", True) + ("" if t.get("kappa_low") is None else f" [{t['kappa_low']:.2f}, {t['kappa_high']:.2f}]")
+        ac1 = num("ac1", True) + ("" if t.get("ac1_low") is None else f" [{t['ac1_low']:.2f}, {t['ac1_high']:.2f}]")
+        rows.append([t["task"], str(t["n"]), str(t["judge_errors"]), num("agreement"), kappa, ac1, num("sensitivity"), num("specificity")])
+    lines += _table(["task", "n", "unreadable", "agreement", "kappa [95% CI]", "AC1 [95% CI]", "sensitivity", "specificity"], rows)
+    corrected = [c for c in check["corrected"] if c["category"] is None and c["style"] is None]
+    if corrected:
+        lines.append("judge-corrected rates (Rogan-Gladen), overall:")
+        lines += _table(
+            ["suite", "metric", "observed", "corrected", "95% CI"],
+            [
+                [
+                    c["suite"], c["metric"], f"{100 * c['observed']:.1f}%",
+                    "-" if c["corrected"] is None else f"{100 * c['corrected']:.1f}%",
+                    "-" if c["ci_low"] is None else f"[{100 * c['ci_low']:.1f}, {100 * c['ci_high']:.1f}]",
+                ]
+                for c in corrected
+            ],
+        )
+    return lines
+
+
+def snapshot_lines(result) -> list[str]:
+    """Syrupy's diff of every case (and suite metrics) that differs from its snapshot."""
+    lines: list[str] = []
+    if result is None:
+        return lines
+    if result.updating:
+        lines.append("")
+        lines.append(f"snapshots: {result.written} written or updated, {len(result.removed)} stale removed (--snapshot-update)")
+        return lines
+    if not result.checked and not result.stale:
+        return lines
+    flips = result.flipped_cases
+    lines.append("")
+    lines.append(
+        f"snapshots: {result.checked} compared, {len(flips)} case(s) flipped"
+        + (", suite metrics changed" if any(c["kind"] == "metrics" for c in result.changed) else "")
+    )
+    for change in result.changed:
+        lines.append(f"  {change['name']}:")
+        shown = change["diff"] if change["kind"] == "case" else change["diff"][:MAX_METRIC_DIFF_LINES]
+        lines += [f"    {line}" for line in shown]
+        if len(shown) < len(change["diff"]):
+            lines.append(f"    ... {len(change['diff']) - len(shown)} more line(s) (see --socialbias-report)")
+    if result.stale:
+        lines.append(f"  {len(result.stale)} snapshot(s) have no case any more: {', '.join(result.stale[:10])}"
+                     " (run the whole suite with --snapshot-update to drop them)")
+    if flips:
+        if result.max_flips is None:
+            lines.append("  (flips never fail the run by themselves: --socialbias-snapshot-max-flips=N opts in;"
+                         " accept the new outcomes with --snapshot-update)")
+        elif result.failed:
+            lines.append(f"  {len(flips)} flipped case(s) > --socialbias-snapshot-max-flips={result.max_flips}: exit status 1")
+    return lines
+
+
+def dry_run_lines(plan: dict) -> list[str]:
+    rows = []
+    totals = [0, 0, 0, 0, 0]
+    for role, u in sorted(plan["usage"].items()):
+        values = [u["calls"], u["hits"], u["misses"], u["prompt_tokens"], u["completion_tokens"]]
+        totals = [a + b for a, b in zip(totals, values)]
+        rows.append([role] + [f"{v:,}" for v in values])
+    rows.append(["total"] + [f"{v:,}" for v in totals])
+    lines = [f"{plan['cases']} case(s) selected; no model was called"]
+    lines += _table(["role", "calls", "cached", "to call", "est. prompt tokens", "est. completion tokens"], rows)
+    lines.append("(estimates for the calls not in the cache: prompts at 4 characters per token, completions at")
+    lines.append(" each role's max_tokens (an upper bound; judges answer in one token); retries for role")
+    lines.append(" breaks and unreadable judge answers come on top)")
+    if plan.get("problems"):
+        lines.append(f"the plan met: {', '.join(plan['problems'])} (e.g. a replay-only cache missing entries)")
+    return lines
+
+
+def junit_properties(run) -> list[tuple[str, str]]:
+    """(name, value) pairs for --junitxml: gate verdicts, key metrics, comparison verdicts."""
+    props = []
+    for g in run.gate_results:
+        value = "-" if g["value"] is None else f"{g['value']:.6g}"
+        props.append((f"socialbias.gate.{g['gate']}", f"{g['verdict']} value={value} bound={gate_bound_text(g)} n={g['n']}"))
+    for m in key_metric_rows(run.metrics):
+        interval = "" if m["ci_low"] is None else f" [{m['ci_low']:.6g}, {m['ci_high']:.6g}]"
+        value = "-" if m["value"] is None else f"{m['value']:.6g}"
+        props.append((f"socialbias.metric.{m['suite']}.{m['metric']}", f"{value}{interval} n={m['n']}"))
+    if run.comparison is not None:
+        for r in run.comparison["rows"]:
+            scope = ".".join(x for x in (r["suite"], r["category"], r["style"]) if x)
+            props.append((f"socialbias.comparison.{scope}.{r['metric']}", f"{r['verdict']} p_adjusted={_p(r['p_adjusted'])}"))
+    if run.snapshots is not None and run.snapshots.checked:
+        props.append(("socialbias.snapshots.flipped_cases", str(len(run.snapshots.flipped_cases))))
+    return props

@@ -1,0 +1,185 @@
+"""Judge agreement with reference labels (``--socialbias-judge-check=FILE.jsonl``).
+
+Each line of the file is a reply with a reference label::
+
+    {"id": "b-01", "task": "bias", "user": "...", "reply": "...", "label": 1,
+     "provenance": "project-written, not human-annotated"}
+
+``task`` is ``bias`` (does the reply endorse a stereotype or treat a group unequally?) or
+``refusal`` (does it decline?). The run's own judge labels every line with the same
+prompt template the protocols use, once all cases have finished, through the same cache.
+The report gives, per task, Cohen's kappa and Gwet's AC1 (seeded bootstrap intervals),
+sensitivity and specificity (Wilson intervals), and Rogan-Gladen judge-corrected
+``bias_at_turn@T`` rates with bootstrap intervals that carry the uncertainty of both the
+run and the reference set. Unreadable judge answers are counted, never scored.
+
+``--socialbias-judge-check=builtin`` uses the small reference set shipped with the plugin
+(``data/judge_reference.jsonl``): written by the project to exercise the judge, NOT
+annotated by people; a check against it is a smoke test of the judge, not a validation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from . import prompts, stats
+from .errors import ConfigError, ModelCallError
+from .judges import judge_binary
+from .metrics import DIGITS, group_seed
+
+BUILTIN = "builtin"
+BUILTIN_PATH = Path(__file__).parent / "data" / "judge_reference.jsonl"
+TASKS = {"bias": ("judge_bias", "biased"), "refusal": ("judge_refusal", "refusal")}
+SUITE = "judge-check"
+STAT_NAMES = ("agreement", "kappa", "ac1", "sensitivity", "specificity")
+#: Metric rows a gate can use: e.g. ``bias_judge_kappa`` of suite ``judge-check``.
+METRIC_NAMES = tuple(f"{task}_judge_{name}" for task in TASKS for name in STAT_NAMES)
+SEED = 20251201
+
+
+def resolve(value: str, base: Path) -> Path:
+    return BUILTIN_PATH if value == BUILTIN else base / value
+
+
+def load_reference(path: Path, option: str = "--socialbias-judge-check") -> list[dict]:
+    """Reference items from a JSONL file; ConfigError naming file:line and the fix."""
+    where = f"{option}={path}"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: file not found; give a JSONL file of reference labels or `builtin`") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc})") from None
+    items, ids = [], set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        place = f"{path}:{number}"
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{place}: not a JSON object ({exc.msg}); write one object per line") from None
+        if not isinstance(item, dict):
+            raise ConfigError(f"{place}: expected a JSON object with id, task, user, reply and label")
+        missing = [k for k in ("id", "task", "user", "reply", "label") if k not in item]
+        if missing:
+            raise ConfigError(f"{place}: missing {', '.join(missing)}; each line needs id, task, user, reply and label")
+        if not isinstance(item["id"], str) or not item["id"]:
+            raise ConfigError(f"{place}: id must be a non-empty string")
+        if item["id"] in ids:
+            raise ConfigError(f"{place}: duplicate id {item['id']!r}; ids must be unique")
+        if item["task"] not in TASKS:
+            raise ConfigError(f"{place}: task {item['task']!r} unknown; use one of {', '.join(TASKS)}")
+        if not isinstance(item["user"], str) or not isinstance(item["reply"], str) or not item["reply"].strip():
+            raise ConfigError(f"{place}: user and reply must be strings, and the reply not empty")
+        if item["label"] not in (0, 1) or isinstance(item["label"], bool):
+            raise ConfigError(f"{place}: label must be 0 or 1, got {item['label']!r}")
+        ids.add(item["id"])
+        items.append(item)
+    if not items:
+        raise ConfigError(f"{where}: no reference labels in the file; write one JSON object per line")
+    return items
+
+
+async def judge_items(judge, items: list[dict], usage=None) -> list[dict]:
+    """The judge's label (or its error) for every reference item, in the items' order."""
+
+    async def one(item: dict) -> dict:
+        template, key = TASKS[item["task"]]
+        values = {"user_message": item["user"], "reply": item["reply"], "fence": prompts.fence(item["user"], item["reply"])}
+        try:
+            verdict = await judge_binary(judge, prompts.load(template), key, usage, **values)
+        except ModelCallError as exc:
+            return {"id": item["id"], "judge": None, "error": str(exc)}
+        return {"id": item["id"], "judge": None if verdict.label is None else int(verdict.label), "error": verdict.error}
+
+    return list(await asyncio.gather(*(one(item) for item in items)))
+
+
+def summarize(path_text: str, items: list[dict], answers: list[dict], metrics: list[dict]) -> tuple[dict, list[dict]]:
+    """The report section and the metric rows (suite ``judge-check``) for gates."""
+    by_id = {a["id"]: a for a in answers}
+    tasks, rows = [], []
+    pairs_by_task: dict[str, list[tuple[int, int]]] = {}
+    for task in TASKS:
+        scored = [i for i in items if i["task"] == task]
+        if not scored:
+            continue
+        pairs = [(i["label"], by_id[i["id"]]["judge"]) for i in scored if by_id[i["id"]]["judge"] is not None]
+        errors = len(scored) - len(pairs)
+        pairs_by_task[task] = pairs
+        entry = {"task": task, "n": len(pairs), "judge_errors": errors}
+        if pairs:
+            entry.update(_round(stats.agreement(pairs, seed=group_seed(SUITE, task, None, SEED))))
+        tasks.append(entry)
+        rows += _metric_rows(task, entry)
+    corrected = corrected_rates(metrics, pairs_by_task.get("bias", []))
+    provenance = sorted({str(i.get("provenance", "unspecified")) for i in items})
+    section = {
+        "file": path_text,
+        "provenance": provenance,
+        "tasks": tasks,
+        "corrected": corrected,
+        "items": [
+            {"id": i["id"], "task": i["task"], "label": i["label"], "judge": by_id[i["id"]]["judge"], "error": by_id[i["id"]]["error"]}
+            for i in items
+        ],
+    }
+    return section, rows
+
+
+def _round(values: dict) -> dict:
+    return {k: round(v, DIGITS) if isinstance(v, float) else v for k, v in values.items()}
+
+
+def _metric_rows(task: str, entry: dict) -> list[dict]:
+    rows = []
+    for name in STAT_NAMES:
+        value = entry.get(name)
+        low, high = entry.get(f"{name}_low"), entry.get(f"{name}_high")
+        if name == "agreement" and value is not None:
+            from .metrics import wilson_interval
+
+            correct = round(value * entry["n"])
+            low, high = (round(x, DIGITS) for x in wilson_interval(correct, entry["n"]))
+        rows.append(
+            {
+                "suite": SUITE,
+                "metric": f"{task}_judge_{name}",
+                "category": None,
+                "style": None,
+                "value": value,
+                "ci_low": low if value is not None else None,
+                "ci_high": high if value is not None else None,
+                "n": entry["n"],
+            }
+        )
+    return rows
+
+
+def corrected_rates(metrics: list[dict], pairs: list[tuple[int, int]]) -> list[dict]:
+    """Rogan-Gladen corrected ``bias_at_turn@T`` rows (one judge label per reply)."""
+    if not pairs:
+        return []
+    out = []
+    for row in metrics:
+        if not row["metric"].startswith("bias_at_turn@") or not row["n"] or row["value"] is None:
+            continue
+        positives = round(row["value"] * row["n"])
+        seed = group_seed(row["suite"], row["category"], row["style"], SEED) ^ int(row["metric"].split("@")[1])
+        point, low, high = stats.rogan_gladen_interval(positives, row["n"], pairs, seed=seed)
+        out.append(
+            {
+                "suite": row["suite"],
+                "metric": row["metric"],
+                "category": row["category"],
+                "style": row["style"],
+                "observed": row["value"],
+                "corrected": None if point is None else round(point, DIGITS),
+                "ci_low": None if low is None else round(low, DIGITS),
+                "ci_high": None if high is None else round(high, DIGITS),
+            }
+        )
+    return out

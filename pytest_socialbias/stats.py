@@ -1,0 +1,544 @@
+"""Statistics for comparing runs and checking judges: pure functions, standard library only.
+
+Paired binary outcomes (the same cases answered by a baseline and a current model) form a
+2x2 table ``n11`` (both 1), ``n10`` (baseline 1, current 0), ``n01`` (baseline 0, current
+1), ``n00`` (both 0); the difference of interest is always ``p_current - p_baseline =
+(n01 - n10) / n``.
+
+Methods and references:
+
+- :func:`mcnemar_exact`: the exact conditional McNemar test. Given the b + c discordant
+  pairs, c ~ Binomial(b + c, 1/2) under H0 (McNemar 1947, Psychometrika 12:153-157; see
+  Fagerland, Lydersen & Laake 2013, BMC Med Res Methodol 13:91). Tails are summed from
+  the exactly computed first term ``comb(n, k) / 2**n`` (a correctly rounded division of
+  integers) with the ratio recurrence in IEEE arithmetic, so the result is the same on
+  every platform, with no libm ``lgamma`` involved.
+- :func:`paired_margin_test`: exact McNemar for margin 0; for margin > 0, Tango's score
+  test (Tango 1998, Stat Med 17:891-908), which is asymptotic (normal approximation).
+- :func:`paired_diff_interval`: Newcombe's hybrid score interval for a paired difference,
+  method 10 of Newcombe (1998, Stat Med 17:2635-2650): Wilson (1927) intervals for both
+  marginal proportions combined with the corrected phi coefficient.
+- :func:`holm`: Holm (1979, Scand J Stat 6:65-70) step-down adjusted p-values.
+- :func:`mcnemar_mde`: minimum detectable difference from Connor's (1987, Biometrics
+  43:207-211) sample-size formula for McNemar's test.
+- :func:`paired_bootstrap`: case-resampling percentile bootstrap (Efron & Tibshirani 1993)
+  with Davison & Hinkley's (1997) ``(1 + count) / (B + 1)`` p-values.
+- :func:`agreement`: Cohen's (1960) kappa and Gwet's (2008, Br J Math Stat Psychol
+  61:29-48) AC1 with percentile bootstrap intervals; sensitivity and specificity with
+  Wilson intervals.
+- :func:`rogan_gladen`, :func:`rogan_gladen_interval`: prevalence corrected for an
+  imperfect judge (Rogan & Gladen 1978, Am J Epidemiol 107:71-76).
+
+Every bootstrap takes a seed and uses its own ``random.Random(seed)``; inputs are put in a
+canonical (sorted) order first, so a result depends only on the data and the seed, never on
+input order.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import random
+from statistics import NormalDist
+
+from .metrics import Z95, _percentile, wilson_interval
+
+ALTERNATIVES = ("greater", "less", "two-sided")
+
+_NORMAL = NormalDist()
+# A tail sum stops once the next term is below this share of the sum so far (terms only
+# shrink from there on, geometrically far out in the tail).
+_TAIL_EPS = 2.0**-60
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _check_alternative(alternative: str, allowed: tuple[str, ...] = ALTERNATIVES) -> None:
+    if alternative not in allowed:
+        raise ValueError(f"alternative must be one of {', '.join(allowed)}; got {alternative!r}")
+
+
+def _check_counts(**counts: int) -> None:
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer count, got {value!r}")
+
+
+def _check_confidence(confidence: float) -> float:
+    """The two-sided normal quantile for ``confidence``, which must lie in (0, 1)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1 (exclusive), got {confidence!r}")
+    return _NORMAL.inv_cdf(0.5 + confidence / 2)
+
+
+def _check_resamples(resamples: int) -> None:
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+
+
+def _check_binary_pairs(pairs, what: str) -> list[tuple[int, int]]:
+    checked = []
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2 or any(v not in (0, 1) for v in pair):
+            raise ValueError(f"{what}[{i}] must be a (reference, judge) pair of 0/1 labels, got {pair!r}")
+        checked.append((int(pair[0]), int(pair[1])))
+    return checked
+
+
+# --------------------------------------------------------------------------- McNemar
+
+
+def _binom_half_upper(k: int, n: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if 2 * k <= n:
+        # The upper tail holds the bulk: take the complement of the short tail, which by
+        # symmetry is P(X <= k - 1) = P(X >= n - k + 1).
+        return max(0.0, 1.0 - _binom_half_upper(n - k + 1, n))
+    term = math.comb(n, k) / 2**n  # exact integers, correctly rounded division
+    total = 0.0
+    for j in range(k, n + 1):
+        total += term
+        term *= (n - j) / (j + 1)
+        if term <= total * _TAIL_EPS:  # also ends a tail whose first term underflowed to 0
+            break
+    return min(1.0, total)
+
+
+def mcnemar_exact(b: int, c: int, alternative: str) -> float:
+    """Exact conditional McNemar p-value from the discordant pair counts.
+
+    ``b``: pairs with baseline 1 / current 0; ``c``: pairs with baseline 0 / current 1.
+    Under H0 (equal marginal rates), c ~ Binomial(b + c, 1/2). Returns
+
+    - ``"greater"`` (H1: current rate > baseline rate): P(X >= c);
+    - ``"less"`` (H1: current rate < baseline rate): P(X <= c);
+    - ``"two-sided"``: min(1, 2 * min(P(X >= c), P(X <= c))).
+
+    Returns 1.0 when there are no discordant pairs (b + c == 0).
+    """
+    _check_counts(b=b, c=c)
+    _check_alternative(alternative)
+    n = b + c
+    if n == 0:
+        return 1.0
+    greater = _binom_half_upper(c, n)
+    less = _binom_half_upper(n - c, n)  # P(X <= c) = P(X >= n - c) by symmetry
+    if alternative == "greater":
+        return greater
+    if alternative == "less":
+        return less
+    return min(1.0, 2 * min(greater, less))
+
+
+def _tango_z(n10: int, n01: int, n: int, delta: float) -> float:
+    """Tango's (1998) score statistic for H0: p_current - p_baseline = delta.
+
+    In Tango's notation the difference is (x12 - x21) / n with x12 = n01 and x21 = n10;
+    p21 is estimated by its maximum likelihood estimate restricted to the null difference
+    (the root of 2n p^2 + B p + C = 0 in Tango's eq. for p21).
+    """
+    a = 2 * n
+    b = -n01 - n10 + (2 * n - n01 + n10) * delta
+    c = -n10 * delta * (1 - delta)
+    p21 = (math.sqrt(max(0.0, b * b - 4 * a * c)) - b) / (2 * a)
+    return (n01 - n10 - n * delta) / math.sqrt(n * (2 * p21 + delta * (1 - delta)))
+
+
+def paired_margin_test(n11: int, n10: int, n01: int, n00: int, margin: float, alternative: str) -> float:
+    """One-sided p-value for the paired difference d = p_current - p_baseline against a margin.
+
+    ``p_baseline = (n11 + n10) / n`` and ``p_current = (n11 + n01) / n``, n the sum of the
+    four cells; n10 is baseline 1 / current 0, n01 baseline 0 / current 1.
+
+    - ``"greater"``: H0: d <= margin against H1: d > margin;
+    - ``"less"``: H0: d >= -margin against H1: d < -margin.
+
+    With ``margin == 0`` this is exactly :func:`mcnemar_exact` (``n10, n01``; there
+    ``"two-sided"`` is accepted too). With ``0 < margin < 1`` it is Tango's (1998) score
+    test: the restricted MLE of the baseline 1 / current 0 cell probability under the null
+    difference gives a Z statistic, and the p-value is its normal tail. That p-value is
+    asymptotic, not exact, so it does not reduce continuously to the exact margin-0 test.
+    Returns 1.0 when n == 0.
+    """
+    _check_counts(n11=n11, n10=n10, n01=n01, n00=n00)
+    if not 0 <= margin < 1:
+        raise ValueError(f"margin must be in [0, 1) (a difference of proportions), got {margin!r}")
+    if margin == 0:
+        return mcnemar_exact(n10, n01, alternative)
+    _check_alternative(alternative, ("greater", "less"))
+    n = n11 + n10 + n01 + n00
+    if n == 0:
+        return 1.0
+    if alternative == "less":
+        # d < -margin is d' > margin for the table with the roles swapped; Tango's
+        # statistic is symmetric under that swap.
+        n10, n01 = n01, n10
+    return 1.0 - _NORMAL.cdf(_tango_z(n10, n01, n, margin))
+
+
+# --------------------------------------------------------------------------- interval
+
+
+def _newcombe_phi(n11: int, n10: int, n01: int, n00: int) -> float:
+    """Newcombe's (1998) corrected phi: 0 when a margin of the table is empty; else
+    (A - n/2) / sqrt(margins) if A > n/2, 0 if 0 <= A <= n/2, A / sqrt(margins) if A < 0,
+    with A = n11 n00 - n10 n01."""
+    margins = (n11 + n10) * (n01 + n00) * (n11 + n01) * (n10 + n00)
+    if margins == 0:
+        return 0.0
+    n = n11 + n10 + n01 + n00
+    a = n11 * n00 - n10 * n01
+    if a > n / 2:
+        numerator = a - n / 2
+    elif a >= 0:
+        numerator = 0.0
+    else:
+        numerator = a
+    return numerator / math.sqrt(margins)
+
+
+def paired_diff_interval(n11: int, n10: int, n01: int, n00: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Newcombe's (1998) method 10 interval for p_current - p_baseline of paired data.
+
+    With p1 = p_current = (n11 + n01) / n and p2 = p_baseline = (n11 + n10) / n, Wilson
+    intervals (l1, u1) and (l2, u2) at ``confidence``, and phi from :func:`_newcombe_phi`:
+
+        lower = (p1 - p2) - sqrt((p1 - l1)^2 - 2 phi (p1 - l1)(u2 - p2) + (u2 - p2)^2)
+        upper = (p1 - p2) + sqrt((u1 - p1)^2 - 2 phi (u1 - p1)(p2 - l2) + (p2 - l2)^2)
+
+    Both ends are clamped to [-1, 1]. Returns (-1.0, 1.0) when n == 0.
+    """
+    _check_counts(n11=n11, n10=n10, n01=n01, n00=n00)
+    z = _check_confidence(confidence)
+    n = n11 + n10 + n01 + n00
+    if n == 0:
+        return (-1.0, 1.0)
+    p1 = (n11 + n01) / n
+    p2 = (n11 + n10) / n
+    l1, u1 = wilson_interval(n11 + n01, n, z)
+    l2, u2 = wilson_interval(n11 + n10, n, z)
+    phi = _newcombe_phi(n11, n10, n01, n00)
+    below = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    above = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    diff = p1 - p2
+    return (max(-1.0, diff - below), min(1.0, diff + above))
+
+
+# --------------------------------------------------------------------------- multiplicity
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, returned in the input order.
+
+    With the m p-values sorted ascending (ties keep their input order), the j-th smallest
+    gets ``max over i <= j of min(1, (m - i + 1) p_(i))``. Rejecting where the adjusted
+    value is <= alpha controls the family-wise error rate at alpha.
+    """
+    for i, p in enumerate(pvalues):
+        if not 0 <= p <= 1:
+            raise ValueError(f"pvalues[{i}] must be a probability in [0, 1], got {p!r}")
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])  # stable: ties keep input order
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+# --------------------------------------------------------------------------- power
+
+
+def _connor_n(d: float, psi: float, z_alpha: float, z_beta: float) -> float:
+    """Connor's (1987) pairs needed to detect a paired difference d with discordance psi."""
+    return (z_alpha * math.sqrt(psi) + z_beta * math.sqrt(max(0.0, psi - d * d))) ** 2 / (d * d)
+
+
+def mcnemar_mde(n: int, discordance: float, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """Minimum detectable paired difference for a one-sided McNemar test with n pairs.
+
+    Solves Connor's (1987) sample-size formula
+    ``n = (z_a sqrt(psi) + z_b sqrt(psi - d^2))^2 / d^2`` for d by bisection, where
+    psi = ``discordance`` (the expected share of discordant pairs), z_a the one-sided
+    1 - alpha normal quantile and z_b the ``power`` quantile. The required n falls as d
+    grows, so the answer is the smallest d whose required n is at most n (to 1e-12).
+
+    A paired difference can be at most psi (every discordant pair going one way), so d is
+    searched on (0, psi]. When even d = psi needs more than n pairs, psi itself is
+    returned: the largest possible difference, which n pairs do not reach at that power.
+    Returns None when n == 0 or psi <= 0. ``power`` must be in [0.5, 1), where the required
+    n is monotone in d.
+    """
+    _check_counts(n=n)
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
+    if not 0.5 <= power < 1:
+        raise ValueError(f"power must be in [0.5, 1), got {power!r}")
+    if discordance > 1:
+        raise ValueError(f"discordance is a share of pairs and must be at most 1, got {discordance!r}")
+    if n == 0 or discordance <= 0:
+        return None
+    psi = float(discordance)
+    z_alpha = _NORMAL.inv_cdf(1 - alpha)
+    z_beta = _NORMAL.inv_cdf(power)
+    if _connor_n(psi, psi, z_alpha, z_beta) > n:
+        return psi
+    low, high = 0.0, psi  # invariant: required n(low) > n >= required n(high)
+    while high - low > 1e-12:
+        mid = (low + high) / 2
+        if _connor_n(mid, psi, z_alpha, z_beta) > n:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _quantile_ends(ordered: list[float], confidence: float) -> tuple[float, float]:
+    """Percentile interval ends of sorted bootstrap statistics."""
+    tail = (1 - confidence) / 2 * 100
+    return _percentile(ordered, tail), _percentile(ordered, 100 - tail)
+
+
+def paired_bootstrap(
+    pairs: list[tuple[list[float], list[float]]],
+    seed: int,
+    margin: float = 0.0,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+) -> dict:
+    """Case-resampling bootstrap of a paired difference of pooled means.
+
+    Each pair is (baseline values, current values) of one case; either list may be empty.
+    The statistic is the mean of all current values pooled over the cases minus the mean of
+    all baseline values pooled over the cases. Each resample draws len(pairs) cases with
+    replacement (a case's values move together); resamples in which a side has no values
+    are skipped, so B (returned as ``resamples``) counts only the usable ones.
+
+    Returns ``{"diff": observed statistic, "ci_low", "ci_high": percentile interval at
+    confidence, "p_greater": (1 + #{theta* <= margin}) / (B + 1) (one-sided, H1: diff >
+    margin), "p_less": (1 + #{theta* >= -margin}) / (B + 1) (H1: diff < -margin),
+    "resamples": B}``. Pairs are sorted first, so input order does not matter. Raises
+    ValueError when either side has no values at all, or no resample was usable.
+    """
+    _check_resamples(resamples)
+    _check_confidence(confidence)
+    if margin < 0:
+        raise ValueError(f"margin must be non-negative, got {margin!r}")
+    cases = sorted(([float(v) for v in base], [float(v) for v in cur]) for base, cur in pairs)
+    base_sums = [math.fsum(base) for base, _ in cases]
+    cur_sums = [math.fsum(cur) for _, cur in cases]
+    base_counts = [len(base) for base, _ in cases]
+    cur_counts = [len(cur) for _, cur in cases]
+    if not sum(base_counts) or not sum(cur_counts):
+        raise ValueError(
+            "paired_bootstrap: needs values on both sides; got "
+            f"{sum(base_counts)} baseline and {sum(cur_counts)} current values over {len(cases)} cases"
+        )
+    diff = math.fsum(cur_sums) / sum(cur_counts) - math.fsum(base_sums) / sum(base_counts)
+    rng = random.Random(seed)
+    indices = range(len(cases))
+    stats = []
+    for _ in range(resamples):
+        drawn = rng.choices(indices, k=len(cases))
+        n_base = sum(base_counts[i] for i in drawn)
+        n_cur = sum(cur_counts[i] for i in drawn)
+        if n_base and n_cur:
+            stats.append(
+                math.fsum(cur_sums[i] for i in drawn) / n_cur - math.fsum(base_sums[i] for i in drawn) / n_base
+            )
+    if not stats:
+        raise ValueError(
+            f"paired_bootstrap: none of {resamples} resamples had values on both sides; "
+            "add cases that carry both baseline and current values"
+        )
+    stats.sort()
+    low, high = _quantile_ends(stats, confidence)
+    b = len(stats)
+    return {
+        "diff": diff,
+        "ci_low": low,
+        "ci_high": high,
+        "p_greater": (1 + sum(1 for t in stats if t <= margin)) / (b + 1),
+        "p_less": (1 + sum(1 for t in stats if t >= -margin)) / (b + 1),
+        "resamples": b,
+    }
+
+
+# --------------------------------------------------------------------------- agreement
+
+
+def _cells(pairs) -> tuple[int, int, int, int]:
+    """(both 1, reference 1 / judge 0, reference 0 / judge 1, both 0)."""
+    n11 = n10 = n01 = n00 = 0
+    for ref, judge in pairs:
+        if ref and judge:
+            n11 += 1
+        elif ref:
+            n10 += 1
+        elif judge:
+            n01 += 1
+        else:
+            n00 += 1
+    return n11, n10, n01, n00
+
+
+def _kappa_ac1(n11: int, n10: int, n01: int, n00: int) -> tuple[float, float]:
+    """Cohen's kappa and Gwet's AC1 of a 2x2 agreement table, in exact integer arithmetic."""
+    n = n11 + n10 + n01 + n00
+    ref1, judge1 = n11 + n10, n11 + n01
+    agree = n11 + n00
+    # Scaled by n^2: observed n * agree, chance ref1 * judge1 + ref0 * judge0.
+    chance = ref1 * judge1 + (n - ref1) * (n - judge1)
+    kappa = 1.0 if chance == n * n else (n * agree - chance) / (n * n - chance)
+    # AC1 chance 2 pi (1 - pi), pi = (ref1 + judge1) / 2n; scaled by 2 n^2.
+    positives = ref1 + judge1
+    chance_ac1 = positives * (2 * n - positives)
+    ac1 = (2 * n * agree - chance_ac1) / (2 * n * n - chance_ac1)
+    return kappa, ac1
+
+
+def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) -> dict:
+    """Agreement of a binary judge with reference labels; each pair is (reference, judge).
+
+    Returns a dict with ``n`` (pairs); ``agreement``: share of pairs with equal labels;
+    ``kappa``: Cohen's (po - pe) / (1 - pe), pe = pr pj + (1 - pr)(1 - pj) from the two
+    positive shares, defined as 1.0 when pe == 1 (both raters constant and equal, so
+    po == 1 too); ``ac1``: Gwet's (po - pe) / (1 - pe) with pe = 2 pi (1 - pi), pi = (pr +
+    pj) / 2 (never degenerate: pe <= 1/2); ``kappa_low``/``kappa_high`` and
+    ``ac1_low``/``ac1_high``: 95% percentile bootstrap over items (seeded; a resample with
+    pe == 1 counts kappa 1.0 by the same rule); ``sensitivity``: judge 1 among reference 1
+    (None without reference positives) and ``specificity``: judge 0 among reference 0 (None
+    without reference negatives), each with 95% Wilson ends ``*_low``/``*_high``;
+    ``prevalence_reference`` and ``prevalence_judge``: the positive shares pr and pj.
+    With no pairs, n is 0 and every other value None.
+    """
+    _check_resamples(resamples)
+    items = sorted(_check_binary_pairs(pairs, "pairs"))
+    n = len(items)
+    keys = (
+        "agreement", "kappa", "kappa_low", "kappa_high", "ac1", "ac1_low", "ac1_high",
+        "sensitivity", "sensitivity_low", "sensitivity_high",
+        "specificity", "specificity_low", "specificity_high",
+        "prevalence_reference", "prevalence_judge",
+    )
+    result: dict = {"n": n, **dict.fromkeys(keys)}
+    if n == 0:
+        return result
+    n11, n10, n01, n00 = _cells(items)
+    kappa, ac1 = _kappa_ac1(n11, n10, n01, n00)
+    rng = random.Random(seed)
+    kappas, ac1s = [], []
+    for _ in range(resamples):
+        k, a = _kappa_ac1(*_cells(rng.choices(items, k=n)))
+        kappas.append(k)
+        ac1s.append(a)
+    kappas.sort()
+    ac1s.sort()
+    result.update(
+        agreement=(n11 + n00) / n,
+        kappa=kappa,
+        ac1=ac1,
+        prevalence_reference=(n11 + n10) / n,
+        prevalence_judge=(n11 + n01) / n,
+    )
+    result["kappa_low"], result["kappa_high"] = _quantile_ends(kappas, 0.95)
+    result["ac1_low"], result["ac1_high"] = _quantile_ends(ac1s, 0.95)
+    if n11 + n10:
+        result["sensitivity"] = n11 / (n11 + n10)
+        result["sensitivity_low"], result["sensitivity_high"] = wilson_interval(n11, n11 + n10, Z95)
+    if n01 + n00:
+        result["specificity"] = n00 / (n01 + n00)
+        result["specificity_low"], result["specificity_high"] = wilson_interval(n00, n01 + n00, Z95)
+    return result
+
+
+# --------------------------------------------------------------------------- prevalence
+
+
+def rogan_gladen(p_obs: float, sensitivity: float, specificity: float) -> float | None:
+    """Rogan-Gladen prevalence: (p_obs + sp - 1) / (se + sp - 1), clipped to [0, 1].
+
+    None when se + sp - 1 <= 0: such a judge is no better than chance (or worse, i.e.
+    inverted), and the observed rate says nothing about the true one.
+    """
+    for name, value in (("p_obs", p_obs), ("sensitivity", sensitivity), ("specificity", specificity)):
+        if not 0 <= value <= 1:
+            raise ValueError(f"{name} must be a proportion in [0, 1], got {value!r}")
+    youden = sensitivity + specificity - 1
+    if youden <= 0:
+        return None
+    return min(1.0, max(0.0, (p_obs + specificity - 1) / youden))
+
+
+def _binomial_cdf(n: int, p: float) -> list[float]:
+    """Cumulative Binomial(n, p) probabilities P(X <= k), k = 0..n, for inverse-CDF draws."""
+    if p == 0.0:
+        return [1.0] * (n + 1)
+    if p == 1.0:
+        return [0.0] * n + [1.0]
+    log_p, log_q, log_nf = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    pmf = (
+        math.exp(log_nf - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_p + (n - k) * log_q)
+        for k in range(n + 1)
+    )
+    return list(itertools.accumulate(pmf))
+
+
+def rogan_gladen_interval(
+    positives: int,
+    n: int,
+    reference_pairs: list[tuple[int, int]],
+    seed: int,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+) -> tuple[float | None, float | None, float | None]:
+    """Rogan-Gladen prevalence of a run with a percentile bootstrap interval.
+
+    The run judged ``positives`` of ``n`` items positive; ``reference_pairs`` are
+    (reference, judge) labels that estimate the judge's sensitivity and specificity. Returns
+    (estimate, low, high): the estimate is :func:`rogan_gladen` of positives / n; each
+    resample redraws the run's n binary observations (a Binomial(n, positives / n) draw,
+    which is what resampling them with replacement amounts to) and the reference pairs,
+    re-estimates se and sp, and skips the resample when se or sp is undefined or se + sp -
+    1 <= 0. (None, None, None) when the estimate is undefined (n == 0, no reference
+    positives or negatives, or se + sp - 1 <= 0); (estimate, None, None) when no resample
+    was usable.
+    """
+    _check_counts(positives=positives, n=n)
+    if positives > n:
+        raise ValueError(f"positives ({positives}) cannot exceed n ({n})")
+    _check_resamples(resamples)
+    _check_confidence(confidence)
+    items = sorted(_check_binary_pairs(reference_pairs, "reference_pairs"))
+    n11, n10, n01, n00 = _cells(items)
+    if n == 0 or not n11 + n10 or not n01 + n00:
+        return (None, None, None)
+    estimate = rogan_gladen(positives / n, n11 / (n11 + n10), n00 / (n01 + n00))
+    if estimate is None:
+        return (None, None, None)
+    cdf = _binomial_cdf(n, positives / n)
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(resamples):
+        drawn_positives = min(n, bisect.bisect_right(cdf, rng.random() * cdf[-1]))
+        d11, d10, d01, d00 = _cells(rng.choices(items, k=len(items)))
+        if not d11 + d10 or not d01 + d00:
+            continue
+        value = rogan_gladen(drawn_positives / n, d11 / (d11 + d10), d00 / (d01 + d00))
+        if value is not None:
+            draws.append(value)
+    if not draws:
+        return (estimate, None, None)
+    draws.sort()
+    low, high = _quantile_ends(draws, confidence)
+    return (estimate, low, high)

@@ -1,0 +1,498 @@
+"""Unit tests for stats.py: exact McNemar, Tango's margin test, Newcombe's paired interval,
+Holm, Connor's minimum detectable difference, paired bootstrap, judge agreement and
+Rogan-Gladen prevalence. Expected values are computed by hand (shown in comments), taken
+from a published example, or recomputed here independently from the formula."""
+
+from __future__ import annotations
+
+import math
+import random
+from fractions import Fraction
+from statistics import NormalDist
+
+import pytest
+
+from pytest_socialbias.stats import (
+    agreement,
+    holm,
+    mcnemar_exact,
+    mcnemar_mde,
+    paired_bootstrap,
+    paired_diff_interval,
+    paired_margin_test,
+    rogan_gladen,
+    rogan_gladen_interval,
+)
+
+NORMAL = NormalDist()
+
+
+# --------------------------------------------------------------------------- mcnemar_exact
+
+
+def exact_half_tail(lo: int, hi: int, n: int) -> Fraction:
+    """P(lo <= X <= hi) for X ~ Binomial(n, 1/2), as an exact fraction."""
+    return Fraction(sum(math.comb(n, k) for k in range(max(lo, 0), min(hi, n) + 1)), 2**n)
+
+
+def test_mcnemar_hand_example():
+    # b = 2, c = 8, n = 10: P(X >= 8) = (C(10,8) + C(10,9) + C(10,10)) / 2^10
+    #                                 = (45 + 10 + 1) / 1024 = 56/1024 = 0.0546875
+    assert mcnemar_exact(2, 8, "greater") == pytest.approx(0.0546875, rel=1e-14)
+    # two-sided: 2 * min(56/1024, P(X <= 8) = 1013/1024) = 0.109375
+    assert mcnemar_exact(2, 8, "two-sided") == pytest.approx(0.109375, rel=1e-14)
+    # less: P(X <= 8) = 1 - (C(10,9) + C(10,10)) / 1024 = 1013/1024
+    assert mcnemar_exact(2, 8, "less") == pytest.approx(1013 / 1024, rel=1e-14)
+
+
+@pytest.mark.parametrize("b, c", [(0, 1), (1, 0), (3, 3), (0, 7), (7, 0), (5, 12), (40, 25), (13, 200), (300, 280)])
+def test_mcnemar_matches_exact_fractions(b, c):
+    n = b + c
+    greater = exact_half_tail(c, n, n)
+    less = exact_half_tail(0, c, n)
+    assert mcnemar_exact(b, c, "greater") == pytest.approx(float(greater), rel=1e-12, abs=1e-300)
+    assert mcnemar_exact(b, c, "less") == pytest.approx(float(less), rel=1e-12, abs=1e-300)
+    assert mcnemar_exact(b, c, "two-sided") == pytest.approx(float(min(1, 2 * min(greater, less))), rel=1e-12)
+
+
+@pytest.mark.parametrize("b, c", [(2, 8), (8, 2), (5, 5), (0, 4), (30, 45)])
+def test_mcnemar_one_sided_tails_overlap_in_one_point(b, c):
+    # P(X >= c) + P(X <= c) = 1 + P(X = c), and swapping b and c swaps the tails.
+    n = b + c
+    point = math.comb(n, c) / 2**n
+    assert mcnemar_exact(b, c, "greater") + mcnemar_exact(b, c, "less") == pytest.approx(1 + point, rel=1e-12)
+    assert mcnemar_exact(b, c, "greater") == pytest.approx(mcnemar_exact(c, b, "less"), rel=1e-12)
+
+
+def test_mcnemar_no_discordance_is_one():
+    for alternative in ("greater", "less", "two-sided"):
+        assert mcnemar_exact(0, 0, alternative) == 1.0
+
+
+def test_mcnemar_large_n_without_overflow():
+    # n = 100000; at b = c the two-sided p is 1, and far tails underflow to 0 cleanly.
+    assert mcnemar_exact(50000, 50000, "two-sided") == 1.0
+    assert mcnemar_exact(100000, 0, "greater") == 1.0
+    assert mcnemar_exact(100000, 0, "less") == 0.0  # 2^-100000, below the float range
+    # Near the centre the exact tail matches the normal approximation with continuity
+    # correction to a few parts in a thousand: z = (50150 - 0.5 - 50000) / sqrt(100000 / 4)
+    p = mcnemar_exact(49850, 50150, "greater")
+    z = (50150 - 0.5 - 50000) / math.sqrt(100000 / 4)
+    assert p == pytest.approx(1 - NORMAL.cdf(z), rel=1e-3)
+    assert 0.0 < p < 0.5
+
+
+def test_mcnemar_rejects_bad_input():
+    with pytest.raises(ValueError, match="alternative"):
+        mcnemar_exact(1, 2, "bigger")
+    with pytest.raises(ValueError, match="non-negative integer"):
+        mcnemar_exact(-1, 2, "greater")
+
+
+# --------------------------------------------------------------------------- paired_margin_test
+
+
+@pytest.mark.parametrize("cells", [(10, 2, 8, 30), (59, 16, 6, 80), (0, 0, 0, 5), (3, 7, 7, 3)])
+@pytest.mark.parametrize("alternative", ["greater", "less", "two-sided"])
+def test_margin_zero_is_exact_mcnemar(cells, alternative):
+    n11, n10, n01, n00 = cells
+    assert paired_margin_test(n11, n10, n01, n00, 0.0, alternative) == mcnemar_exact(n10, n01, alternative)
+
+
+def restricted_mle_p10(n10: int, n01: int, n: int, delta: float) -> float:
+    """Maximise the multinomial log-likelihood over p10 subject to p01 - p10 = delta by
+    golden-section search (the log-likelihood is concave), independently of Tango's closed form."""
+
+    def loglik(p10):
+        p01 = p10 + delta
+        concordant = 1 - p10 - p01
+        return n10 * math.log(p10) + n01 * math.log(p01) + (n - n10 - n01) * math.log(concordant)
+
+    lo, hi = max(0.0, -delta) + 1e-15, (1 - delta) / 2 - 1e-15
+    ratio = (math.sqrt(5) - 1) / 2
+    for _ in range(200):
+        a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if loglik(a) < loglik(b):
+            lo = a
+        else:
+            hi = b
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("cells", [(59, 16, 6, 80), (10, 2, 8, 30), (20, 5, 15, 60), (1, 7, 1, 12)])
+@pytest.mark.parametrize("margin", [0.02, 0.1, 0.25])
+def test_tango_matches_independent_score_statistic(cells, margin):
+    n11, n10, n01, n00 = cells
+    n = sum(cells)
+    for alternative, delta in (("greater", margin), ("less", -margin)):
+        p10 = restricted_mle_p10(n10, n01, n, delta)
+        # Score statistic: (observed discordant difference - n delta) / sqrt(n Var), with
+        # Var = p10 + p01 - delta^2 = 2 p10 + delta (1 - delta) under the restricted MLE.
+        z = (n01 - n10 - n * delta) / math.sqrt(n * (2 * p10 + delta * (1 - delta)))
+        expected = 1 - NORMAL.cdf(z) if alternative == "greater" else NORMAL.cdf(z)
+        assert paired_margin_test(n11, n10, n01, n00, margin, alternative) == pytest.approx(expected, rel=1e-6)
+
+
+def test_tango_tiny_margin_approaches_asymptotic_mcnemar():
+    # At delta = 0 the restricted MLE is p10 = (b + c) / 2n and Tango's Z is McNemar's
+    # (c - b) / sqrt(b + c): (6 - 16) / sqrt(22) = -2.1320; Phi(-2.1320) = 0.01650.
+    p = paired_margin_test(59, 16, 6, 80, 1e-12, "less")
+    assert p == pytest.approx(NORMAL.cdf((6 - 16) / math.sqrt(22)), rel=1e-6)
+    assert p == pytest.approx(0.01650, abs=5e-5)
+
+
+def test_tango_margin_makes_the_test_harder():
+    # H1: d > margin needs more evidence as the margin grows; d_hat = (12 - 2) / 100 = 0.1.
+    ps = [paired_margin_test(40, 2, 12, 46, m, "greater") for m in (0.01, 0.05, 0.1, 0.2)]
+    assert ps == sorted(ps)
+    assert ps[2] == pytest.approx(0.5, abs=1e-12)  # observed difference equals the margin: Z = 0
+
+
+def test_tango_less_is_greater_with_roles_swapped():
+    assert paired_margin_test(40, 12, 2, 46, 0.05, "less") == pytest.approx(
+        paired_margin_test(40, 2, 12, 46, 0.05, "greater"), rel=1e-12
+    )
+
+
+def test_margin_test_edges_and_errors():
+    assert paired_margin_test(0, 0, 0, 0, 0.1, "greater") == 1.0
+    with pytest.raises(ValueError, match="margin"):
+        paired_margin_test(1, 2, 3, 4, -0.1, "greater")
+    with pytest.raises(ValueError, match="margin"):
+        paired_margin_test(1, 2, 3, 4, 1.0, "greater")
+    with pytest.raises(ValueError, match="alternative"):
+        paired_margin_test(1, 2, 3, 4, 0.1, "two-sided")
+
+
+# --------------------------------------------------------------------------- paired_diff_interval
+
+
+def wilson(k: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson (1927) bounds (2k + z^2 -+ z sqrt(z^2 + 4k(n-k)/n)) / (2(n + z^2))."""
+    root = z * math.sqrt(z * z + 4 * k * (n - k) / n)
+    return (2 * k + z * z - root) / (2 * (n + z * z)), (2 * k + z * z + root) / (2 * (n + z * z))
+
+
+def newcombe_10(n11, n10, n01, n00, z=NORMAL.inv_cdf(0.975)):
+    """Newcombe (1998) method 10, written out from the paper's formulas."""
+    n = n11 + n10 + n01 + n00
+    p1, p2 = (n11 + n01) / n, (n11 + n10) / n  # current, baseline
+    l1, u1 = wilson(n11 + n01, n, z)
+    l2, u2 = wilson(n11 + n10, n, z)
+    margins = (n11 + n01) * (n10 + n00) * (n11 + n10) * (n01 + n00)
+    a = n11 * n00 - n10 * n01
+    if margins == 0:
+        phi = 0.0
+    elif a > n / 2:
+        phi = (a - n / 2) / math.sqrt(margins)
+    elif a >= 0:
+        phi = 0.0
+    else:
+        phi = a / math.sqrt(margins)
+    low = p1 - p2 - math.sqrt((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2)
+    high = p1 - p2 + math.sqrt((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2)
+    return max(-1.0, low), min(1.0, high)
+
+
+def test_newcombe_published_example():
+    # Cavo et al. (2012), complete response before/after consolidation, as worked in
+    # Fagerland, Lydersen & Laake (2017, ch. 8): table [[59, 6], [16, 80]], estimate
+    # (6 - 16) / 161 = -0.0621, Newcombe square-and-add 95% CI -0.1186 to -0.0046.
+    # Rows are "current" here: n11 = 59, n01 = 6 (current 1 only), n10 = 16, n00 = 80.
+    low, high = paired_diff_interval(59, 16, 6, 80)
+    assert low == pytest.approx(-0.1186, abs=5e-5)
+    assert high == pytest.approx(-0.0046, abs=5e-5)
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [(59, 16, 6, 80), (1, 7, 1, 12), (10, 2, 8, 30), (0, 3, 9, 0), (5, 0, 0, 5), (0, 0, 4, 6), (12, 3, 3, 1), (2, 9, 1, 0)],
+)
+def test_newcombe_matches_formula(cells):
+    low, high = paired_diff_interval(*cells)
+    exp_low, exp_high = newcombe_10(*cells)
+    assert low == pytest.approx(exp_low, abs=1e-12)
+    assert high == pytest.approx(exp_high, abs=1e-12)
+    n11, n10, n01, n00 = cells
+    estimate = (n01 - n10) / sum(cells)
+    assert -1.0 <= low <= estimate <= high <= 1.0
+
+
+def test_newcombe_zero_margin_sets_phi_zero():
+    # Baseline never 1 (n11 = n10 = 0): a margin is empty, phi = 0, and the interval is
+    # the plain square-and-add of the two Wilson intervals.
+    z = NORMAL.inv_cdf(0.975)
+    l1, u1 = wilson(4, 10, z)
+    l2, u2 = wilson(0, 10, z)
+    low, high = paired_diff_interval(0, 0, 4, 6)
+    assert low == pytest.approx(0.4 - math.hypot(0.4 - l1, u2 - 0.0), abs=1e-12)
+    assert high == pytest.approx(0.4 + math.hypot(u1 - 0.4, 0.0 - l2), abs=1e-12)
+
+
+def test_newcombe_edges():
+    assert paired_diff_interval(0, 0, 0, 0) == (-1.0, 1.0)
+    low, high = paired_diff_interval(0, 0, 3, 0)  # every pair went 0 -> 1: d = 1
+    assert high == 1.0 and 0 < low < 1
+    narrow = paired_diff_interval(59, 16, 6, 80, confidence=0.8)
+    wide = paired_diff_interval(59, 16, 6, 80, confidence=0.99)
+    assert wide[0] < narrow[0] and narrow[1] < wide[1]
+    with pytest.raises(ValueError, match="confidence"):
+        paired_diff_interval(1, 1, 1, 1, confidence=95)
+
+
+# --------------------------------------------------------------------------- holm
+
+
+def test_holm_hand_example():
+    # sorted: 0.005, 0.01, 0.03, 0.04 (m = 4) -> 4*0.005 = 0.02, 3*0.01 = 0.03,
+    # 2*0.03 = 0.06, max(0.06, 1*0.04) = 0.06; back in input order:
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02], abs=1e-15)
+
+
+def test_holm_caps_ties_and_edges():
+    # ties: 3*0.2 = 0.6, then max(0.6, 2*0.2) = 0.6, then min(1, 1*0.9) = 0.9
+    assert holm([0.2, 0.9, 0.2]) == pytest.approx([0.6, 0.9, 0.6])
+    assert holm([0.5, 0.6]) == [1.0, 1.0]
+    assert holm([]) == []
+    assert holm([0.03]) == [0.03]
+    with pytest.raises(ValueError, match=r"pvalues\[1\]"):
+        holm([0.1, 1.5])
+
+
+def test_holm_is_monotone_in_the_sorted_order():
+    rng = random.Random(7)
+    ps = [rng.random() for _ in range(20)]
+    adjusted = holm(ps)
+    pairs = sorted(zip(ps, adjusted))
+    assert all(a <= b for (_, a), (_, b) in zip(pairs, pairs[1:]))
+    assert all(adj >= p for p, adj in zip(ps, adjusted))
+
+
+# --------------------------------------------------------------------------- mcnemar_mde
+
+
+def connor_n(d, psi, alpha=0.05, power=0.8):
+    za, zb = NORMAL.inv_cdf(1 - alpha), NORMAL.inv_cdf(power)
+    return (za * math.sqrt(psi) + zb * math.sqrt(psi - d * d)) ** 2 / (d * d)
+
+
+def test_mde_closed_form():
+    # sqrt(n) d = z_a sqrt(psi) + z_b sqrt(psi - d^2) squares to the quadratic
+    # (n + z_b^2) d^2 - 2 sqrt(n) A d + A^2 - z_b^2 psi = 0 with A = z_a sqrt(psi); the larger
+    # root is the MDE. n = 200, psi = 0.2, alpha = 0.05, power = 0.8.
+    n, psi = 200, 0.2
+    za, zb = NORMAL.inv_cdf(0.95), NORMAL.inv_cdf(0.8)
+    a = za * math.sqrt(psi)
+    s = math.sqrt(n)
+    d = (s * a + math.sqrt(s * s * a * a - (n + zb * zb) * (a * a - zb * zb * psi))) / (n + zb * zb)
+    assert mcnemar_mde(n, psi) == pytest.approx(d, abs=1e-9)
+    assert connor_n(mcnemar_mde(n, psi), psi) == pytest.approx(n, rel=1e-6)
+
+
+def test_mde_shrinks_as_n_grows():
+    mdes = [mcnemar_mde(n, 0.3) for n in (20, 50, 100, 500, 2000, 10000)]
+    assert all(a > b for a, b in zip(mdes, mdes[1:]))
+    # and grows with the power asked for
+    assert mcnemar_mde(200, 0.3, power=0.9) > mcnemar_mde(200, 0.3, power=0.8)
+
+
+def test_mde_edges():
+    assert mcnemar_mde(0, 0.2) is None
+    assert mcnemar_mde(100, 0.0) is None
+    # n = 5, psi = 0.2: even d = psi needs (1.645*sqrt(.2) + .842*sqrt(.2 - .04))^2 / .04
+    # = (0.7356 + 0.3367)^2 / 0.04 = 28.7 pairs > 5, so the largest possible difference comes back.
+    assert connor_n(0.2, 0.2) == pytest.approx(28.7, abs=0.05)
+    assert mcnemar_mde(5, 0.2) == 0.2
+    with pytest.raises(ValueError, match="power"):
+        mcnemar_mde(100, 0.2, power=0.3)
+    with pytest.raises(ValueError, match="discordance"):
+        mcnemar_mde(100, 1.5)
+
+
+# --------------------------------------------------------------------------- paired_bootstrap
+
+
+PAIRS = [
+    ([0, 0, 1], [1, 1, 1]),
+    ([0], [0]),
+    ([1, 0], [1, 1]),
+    ([], [1]),
+    ([0, 0], []),
+    ([0, 1, 0, 0], [0, 1, 1, 0]),
+]
+
+
+def test_bootstrap_observed_difference_by_hand():
+    # current: 3 + 0 + 2 + 1 + 0 + 2 = 8 ones of 3+1+2+1+0+4 = 11 values -> 8/11
+    # baseline: 1 + 0 + 1 + 0 + 0 + 1 = 3 ones of 3+1+2+0+2+4 = 12 values -> 3/12
+    result = paired_bootstrap(PAIRS, seed=1)
+    assert result["diff"] == pytest.approx(8 / 11 - 3 / 12, abs=1e-15)
+    assert result["ci_low"] <= result["diff"] <= result["ci_high"]
+    assert 0 < result["p_greater"] < 0.05 < result["p_less"] <= 1
+    assert 1 <= result["resamples"] <= 2000
+
+
+def test_bootstrap_is_deterministic_and_order_free():
+    first = paired_bootstrap(PAIRS, seed=42, margin=0.1, resamples=500)
+    assert paired_bootstrap(PAIRS, seed=42, margin=0.1, resamples=500) == first
+    shuffled = PAIRS[:]
+    random.Random(3).shuffle(shuffled)
+    assert paired_bootstrap(shuffled, seed=42, margin=0.1, resamples=500) == first
+    assert paired_bootstrap(PAIRS, seed=43, margin=0.1, resamples=500) != first
+
+
+def test_bootstrap_constant_cases_give_exact_p_values():
+    # Every case has baseline mean 0 and current mean 1/2, so every resample gives 0.5:
+    # the interval is a point, #{theta* <= 0} = 0 -> p_greater = 1/(B+1), and
+    # #{theta* >= -0} = B -> p_less = (1 + B)/(B + 1) = 1.
+    pairs = [([0, 0], [0, 1])] * 5
+    result = paired_bootstrap(pairs, seed=0, resamples=99)
+    assert result == {"diff": 0.5, "ci_low": 0.5, "ci_high": 0.5, "p_greater": 1 / 100, "p_less": 1.0, "resamples": 99}
+    # With margin 0.5 the observed difference sits on the margin: #{theta* <= 0.5} = 99.
+    assert paired_bootstrap(pairs, seed=0, margin=0.5, resamples=99)["p_greater"] == 1.0
+
+
+def test_bootstrap_skips_one_sided_resamples():
+    # Two cases, one with only baseline values, one with only current values: a resample
+    # is usable only when it draws both (probability 1/2).
+    result = paired_bootstrap([([0.0], []), ([], [1.0])], seed=5, resamples=400)
+    assert result["diff"] == 1.0
+    assert 100 < result["resamples"] < 300
+
+
+def test_bootstrap_errors():
+    with pytest.raises(ValueError, match="both sides"):
+        paired_bootstrap([([], [1.0])], seed=1)
+    with pytest.raises(ValueError, match="both sides"):
+        paired_bootstrap([], seed=1)
+    with pytest.raises(ValueError, match="margin"):
+        paired_bootstrap(PAIRS, seed=1, margin=-0.1)
+
+
+# --------------------------------------------------------------------------- agreement
+
+
+def table_pairs(n11, n10, n01, n00):
+    """(reference, judge) pairs for a 2x2 table: n10 = reference 1 / judge 0."""
+    return [(1, 1)] * n11 + [(1, 0)] * n10 + [(0, 1)] * n01 + [(0, 0)] * n00
+
+
+def test_agreement_hand_computation():
+    # reference/judge table: n11 = 20, n10 = 5, n01 = 10, n00 = 15; n = 50
+    # po = 35/50 = 0.7; pr = 25/50 = 0.5, pj = 30/50 = 0.6
+    # kappa: pe = 0.5*0.6 + 0.5*0.4 = 0.5 -> (0.7 - 0.5) / (1 - 0.5) = 0.4
+    # AC1: pi = (0.5 + 0.6)/2 = 0.55, pe = 2*0.55*0.45 = 0.495 -> (0.7 - 0.495) / 0.505 = 0.405941
+    # sensitivity 20/25 = 0.8, specificity 15/25 = 0.6
+    result = agreement(table_pairs(20, 5, 10, 15), seed=11, resamples=500)
+    assert result["n"] == 50
+    assert result["agreement"] == pytest.approx(0.7)
+    assert result["kappa"] == pytest.approx(0.4, abs=1e-15)
+    assert result["ac1"] == pytest.approx(0.205 / 0.505, abs=1e-15)
+    assert result["sensitivity"] == pytest.approx(0.8)
+    assert result["specificity"] == pytest.approx(0.6)
+    # Wilson 95% for 20/25: (40 + 3.8415 -+ 1.96 sqrt(3.8415 + 80*5/25)) / (2 * 28.8415)
+    z = NORMAL.inv_cdf(0.975)
+    assert (result["sensitivity_low"], result["sensitivity_high"]) == pytest.approx(wilson(20, 25, z), abs=1e-12)
+    assert (result["specificity_low"], result["specificity_high"]) == pytest.approx(wilson(15, 25, z), abs=1e-12)
+    assert result["prevalence_reference"] == 0.5 and result["prevalence_judge"] == 0.6
+    assert result["kappa_low"] < 0.4 < result["kappa_high"]
+    assert result["ac1_low"] < result["ac1"] < result["ac1_high"]
+
+
+def test_agreement_high_agreement_low_kappa_paradox():
+    # The paradox Gwet's AC1 answers (Feinstein & Cicchetti 1990; Gwet 2008): n11 = 118,
+    # n10 = 5, n01 = 2, n00 = 0; n = 125, po = 118/125 = 0.944.
+    # kappa: pe = (123*120 + 2*5) / 125^2 = 14770/15625 = 0.94528
+    #        -> (0.944 - 0.94528) / (1 - 0.94528) = -0.00128 / 0.05472 = -0.0233918
+    # AC1:   pi = (123 + 120) / 250 = 0.972, pe = 2*0.972*0.028 = 0.054432
+    #        -> (0.944 - 0.054432) / (1 - 0.054432) = 0.889568 / 0.945568 = 0.9407763
+    result = agreement(table_pairs(118, 5, 2, 0), seed=3, resamples=300)
+    assert result["kappa"] == pytest.approx(float(Fraction(-128, 5472)), abs=1e-15)
+    assert result["kappa"] == pytest.approx(-0.0233918, abs=1e-7)
+    assert result["ac1"] == pytest.approx(0.889568 / 0.945568, abs=1e-12)
+    assert result["ac1"] == pytest.approx(0.9407763, abs=1e-7)
+    assert result["specificity"] == 0.0
+
+
+def test_agreement_degenerate_kappa_and_missing_classes():
+    # Both raters always say 1: pe = 1 and po = 1, kappa defined as 1.0;
+    # AC1: pi = 1, pe = 0 -> 1.0. No reference negatives -> no specificity.
+    result = agreement([(1, 1)] * 8, seed=0, resamples=50)
+    assert result["kappa"] == 1.0 and result["kappa_low"] == 1.0 and result["kappa_high"] == 1.0
+    assert result["ac1"] == 1.0
+    assert result["sensitivity"] == 1.0
+    assert result["specificity"] is None and result["specificity_low"] is None
+    # Reference always 0, judge always 1: po = 0, pe = 0*1 + 1*0 = 0 -> kappa 0;
+    # AC1: pi = 1/2, pe = 1/2 -> (0 - 1/2) / (1/2) = -1.
+    result = agreement([(0, 1)] * 4, seed=0, resamples=50)
+    assert result["kappa"] == 0.0 and result["ac1"] == -1.0
+    assert result["sensitivity"] is None
+
+
+def test_agreement_empty_and_invalid():
+    empty = agreement([], seed=0)
+    assert empty["n"] == 0 and empty["kappa"] is None and empty["sensitivity"] is None
+    with pytest.raises(ValueError, match=r"pairs\[1\]"):
+        agreement([(1, 1), (1, 2)], seed=0)
+
+
+def test_agreement_bootstrap_is_deterministic_and_order_free():
+    pairs = table_pairs(20, 5, 10, 15)
+    first = agreement(pairs, seed=9, resamples=300)
+    shuffled = pairs[:]
+    random.Random(1).shuffle(shuffled)
+    assert agreement(shuffled, seed=9, resamples=300) == first
+    assert agreement(pairs, seed=10, resamples=300)["kappa_low"] != first["kappa_low"]
+
+
+# --------------------------------------------------------------------------- rogan_gladen
+
+
+def test_rogan_gladen_hand_value():
+    # (0.3 + 0.8 - 1) / (0.9 + 0.8 - 1) = 0.1 / 0.7 = 0.142857...
+    assert rogan_gladen(0.3, 0.9, 0.8) == pytest.approx(1 / 7, abs=1e-15)
+
+
+def test_rogan_gladen_clips_and_refuses_chance_judges():
+    assert rogan_gladen(0.1, 0.9, 0.8) == 0.0  # (0.1 - 0.2) / 0.7 < 0
+    assert rogan_gladen(0.99, 0.9, 0.95) == 1.0  # (0.94) / 0.85 > 1
+    assert rogan_gladen(0.3, 0.5, 0.5) is None  # se + sp - 1 = 0
+    assert rogan_gladen(0.3, 0.3, 0.4) is None  # worse than chance
+    assert rogan_gladen(0.3, 1.0, 1.0) == pytest.approx(0.3)  # a perfect judge changes nothing
+    with pytest.raises(ValueError, match="sensitivity"):
+        rogan_gladen(0.3, 1.2, 0.8)
+
+
+def test_rogan_gladen_interval():
+    # Reference: se = 18/20 = 0.9, sp = 24/30 = 0.8; run: 30 of 100 positive
+    # -> estimate (0.3 + 0.8 - 1) / (0.9 + 0.8 - 1) = 1/7.
+    reference = table_pairs(18, 2, 6, 24)
+    estimate, low, high = rogan_gladen_interval(30, 100, reference, seed=4, resamples=500)
+    assert estimate == pytest.approx(1 / 7, abs=1e-15)
+    assert 0.0 <= low < estimate < high <= 1.0
+    shuffled = reference[:]
+    random.Random(2).shuffle(shuffled)
+    assert rogan_gladen_interval(30, 100, shuffled, seed=4, resamples=500) == (estimate, low, high)
+    # More reference labels (same se, sp) give a narrower interval.
+    _, low10, high10 = rogan_gladen_interval(30, 100, reference * 10, seed=4, resamples=500)
+    assert high10 - low10 < high - low
+
+
+def test_rogan_gladen_interval_bootstrap_matches_a_direct_resampling():
+    # The run's observations are resampled as a Binomial(n, k/n) count: its bootstrap mean
+    # must match k/n. With a perfect judge (se = sp = 1 in every resample) the interval is
+    # the percentile interval of that count / n: about 0.3 -+ 1.96 sqrt(0.3 * 0.7 / 400).
+    reference = table_pairs(10, 0, 0, 10)
+    estimate, low, high = rogan_gladen_interval(120, 400, reference, seed=8, resamples=2000)
+    assert estimate == pytest.approx(0.3)
+    half = 1.96 * math.sqrt(0.3 * 0.7 / 400)
+    assert low == pytest.approx(0.3 - half, abs=0.006)
+    assert high == pytest.approx(0.3 + half, abs=0.006)
+
+
+def test_rogan_gladen_interval_undefined():
+    assert rogan_gladen_interval(3, 10, table_pairs(5, 5, 5, 5), seed=0) == (None, None, None)  # se + sp = 1
+    assert rogan_gladen_interval(3, 10, table_pairs(5, 0, 0, 0), seed=0) == (None, None, None)  # no negatives
+    assert rogan_gladen_interval(0, 0, table_pairs(5, 1, 1, 5), seed=0) == (None, None, None)  # empty run
+    with pytest.raises(ValueError, match="exceed"):
+        rogan_gladen_interval(11, 10, table_pairs(5, 1, 1, 5), seed=0)
