@@ -182,8 +182,8 @@ def _evaluate_regression(gate: Gate, comparison: dict | None) -> dict:
         for r in comparison["rows"]
         if r["suite"] == gate.suite
         and r["metric"] == gate.metric
-        and (gate.by == "category" or r["category"] == gate.category)
-        and (gate.by == "style" or r["style"] == gate.style)
+        and (r["category"] is not None if gate.by == "category" else r["category"] == gate.category)
+        and (r["style"] is not None if gate.by == "style" else r["style"] == gate.style)
         and r["p_adjusted"] is not None
     ]
     if not rows:

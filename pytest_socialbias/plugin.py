@@ -10,7 +10,7 @@ import pytest
 from .cache import RECORD_MODES
 from .cases import CATEGORIES, STYLES, TRACKS, UNSPECIFIED, looks_like_suite, load_suite
 from .errors import ConfigError
-from .session import RunSettings, SocialBiasRun
+from .session import RunSettings, SocialBiasRun, _shown_path
 
 RUN_KEY = pytest.StashKey[SocialBiasRun]()
 RECORD_ATTR = "socialbias_record"
@@ -61,8 +61,9 @@ _OPTIONS = [
      "for a regression (McNemar's exact test / paired bootstrap, Holm-corrected); "
      "`no_regression` gates use it", None),
     ("--socialbias-judge-check", "socialbias_judge_check",
-     "JSONL file of reference labels for replies: report the judge's agreement with them "
-     "(Cohen's kappa, Gwet's AC1) and judge-corrected rates (Rogan-Gladen)", None),
+     "JSONL file of reference labels for replies (or `builtin`: the small project-written set "
+     "shipped with the plugin): report the judge's agreement with them (Cohen's kappa, "
+     "Gwet's AC1) and judge-corrected rates (Rogan-Gladen)", None),
     ("--socialbias-snapshot-max-flips", "socialbias_snapshot_max_flips",
      "fail the run when more than N cases differ from their syrupy snapshot (default: "
      "flipped cases are shown as a diff but never fail the run by themselves)", None),
@@ -157,12 +158,19 @@ def _settings(config: pytest.Config) -> RunSettings:
         fairmt_dir=_fairmt_dir(config),
         html=_path_setting(config, "socialbias_html"),
         baseline=_path_setting(config, "socialbias_baseline"),
-        judge_check=_path_setting(config, "socialbias_judge_check"),
+        judge_check=_judge_check_setting(config),
         snapshot_max_flips=_int_setting(
             config, "socialbias_snapshot_max_flips", "--socialbias-snapshot-max-flips", minimum=0
         ),
         dry_run=bool(config.getoption("socialbias_dry_run")),
     )
+
+
+def _judge_check_setting(config: pytest.Config) -> Path | None:
+    from .judgecheck import BUILTIN, BUILTIN_PATH
+
+    value = _setting(config, "socialbias_judge_check")
+    return BUILTIN_PATH if value == BUILTIN else _path_setting(config, "socialbias_judge_check")
 
 
 def _path_setting(config: pytest.Config, dest: str) -> Path | None:
@@ -522,7 +530,7 @@ class Controller:
         if run.settings.report is not None:
             terminalreporter.write_line(f"JSON report: {run.settings.report}")
         if run.settings.html is not None:
-            terminalreporter.write_line(f"HTML report: {run.settings.html}")
+            terminalreporter.write_line(f"HTML report: {_shown_path(run.settings.html)}")
 
 
 def _junit_properties(config: pytest.Config, run: SocialBiasRun) -> None:

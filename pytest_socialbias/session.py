@@ -344,7 +344,7 @@ class SocialBiasRun:
             from .report.json_report import run_metadata
 
             self.comparison = {
-                "baseline": str(self.settings.baseline),
+                "baseline": _shown_path(self.settings.baseline),
                 **compare(self.records, self.baseline, rows_for(self.gates, self.records), run_metadata(self)),
             }
         self.gate_results = evaluate(self.gates, self.metrics, self.comparison)
@@ -359,7 +359,11 @@ class SocialBiasRun:
         except ConfigError as exc:
             self.notes.append(f"judge check not run: {exc}")
             return
-        self.judge_check, rows = summarize(str(self.settings.judge_check), self.judge_reference, answers, self.metrics)
+        from .judgecheck import BUILTIN, BUILTIN_PATH
+
+        path = self.settings.judge_check
+        shown = BUILTIN if path == BUILTIN_PATH else _shown_path(path)
+        self.judge_check, rows = summarize(shown, self.judge_reference, answers, self.metrics)
         from .metrics import metric_sort_key
 
         self.metrics = sorted(self.metrics + rows, key=metric_sort_key)
@@ -384,6 +388,14 @@ class SocialBiasRun:
                     setattr(total, key, getattr(total, key) + value)
         problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != "guard_error"})
         self.dry_plan = {"cases": len(items), "usage": usage.to_dict(), "problems": problems}
+
+
+def _shown_path(path: Path) -> str:
+    """A path as the user would write it: relative to the working directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 async def run_case(case, roles: Roles) -> dict:

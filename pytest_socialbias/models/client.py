@@ -38,6 +38,7 @@ class ModelSettings:
     concurrency: int = 16
     local_threads: int | None = None  # None: cores // xdist workers
     dry_run: bool = False  # --socialbias-dry-run: answer with dry_response, call nothing
+    dry_seen: set = field(default_factory=set)  # request keys a dry run has planned
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
     _backends: dict = field(default_factory=dict)
@@ -207,7 +208,7 @@ class Model:
             messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices, **overrides
         )
         cache = self.settings.cache
-        key = cache_key(request) if cache is not None else None
+        key = cache_key(request) if (cache is not None or self.settings.dry_run) else None
         counters = [c for c in (usage, self.settings.totals) if c is not None]
         if cache is not None:
             stored = cache.get(key)
@@ -219,9 +220,12 @@ class Model:
             if cache.mode == "none" and not self.settings.dry_run:
                 raise CacheMiss(self.role, str(self.spec), key)
         if self.settings.dry_run:
-            response = dry_response(request, choices)
+            # A request repeated within the run is answered from the cache by then.
+            repeated = key in self.settings.dry_seen
+            self.settings.dry_seen.add(key)
+            response = dry_response(request, choices, key)
             for counter in counters:
-                counter.add(self.role, False, response)
+                counter.add(self.role, repeated, response)
             return response
         async with self.settings.semaphore:
             response = await self._call(request)
@@ -281,12 +285,13 @@ DEFAULT_DRY_MAX_TOKENS = 250
 _DRY_FILLER = "Could you say a little more about how you see that, and why it matters to you? "
 
 
-def dry_response(request: dict, choices: tuple | None) -> ChatResponse:
+def dry_response(request: dict, choices: tuple | None, key: str = "") -> ChatResponse:
     """A stand-in answer for --socialbias-dry-run: no call is made.
 
     Judges (constrained ``choices``) get their last choice (``No``, ``5``); other roles get
     neutral filler at the request's max_tokens, so later prompts grow as they would with
-    full-length replies. Tokens: prompt characters / 4; completions at max_tokens (an upper
+    full-length replies; the filler starts with the request's key, so distinct requests
+    get distinct answers (as real models give) and are not mistaken for repeats. Tokens: prompt characters / 4; completions at max_tokens (an upper
     bound for free text).
     """
     prompt_chars = sum(len(m["content"]) for m in request["messages"])
@@ -294,7 +299,8 @@ def dry_response(request: dict, choices: tuple | None) -> ChatResponse:
     if choices:
         return ChatResponse(text=choices[-1], prompt_tokens=prompt_tokens, completion_tokens=1, model="dry-run")
     budget = int(request["params"].get("max_tokens") or DEFAULT_DRY_MAX_TOKENS)
-    text = (_DRY_FILLER * (1 + budget * CHARS_PER_TOKEN // len(_DRY_FILLER)))[: budget * CHARS_PER_TOKEN].strip()
+    filler = f"({key[:12]}) " + _DRY_FILLER * (1 + budget * CHARS_PER_TOKEN // len(_DRY_FILLER))
+    text = filler[: budget * CHARS_PER_TOKEN].strip()
     return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=budget, model="dry-run")
 
 

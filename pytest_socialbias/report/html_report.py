@@ -362,7 +362,7 @@ def _judge_check(report: dict):
             [("", [_scope(c), f"<code>{_text(c.get('metric'))}</code>", _number(c.get("observed"), c.get("metric")),
                    _value_ci(c.get("corrected"), c.get("ci_low"), c.get("ci_high"), c.get("metric"))]) for c in corrected],
         ))
-    return _section("judge", "Judge agreement with human labels", "\n".join(out))
+    return _section("judge", "Judge agreement with reference labels", "\n".join(out))
 
 
 def _snapshots(report: dict):

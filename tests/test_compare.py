@@ -1,0 +1,198 @@
+"""Paired comparison with a baseline report: hand-computed McNemar p-values and Holm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_socialbias.compare import (
+    Comparison,
+    case_binary,
+    compare,
+    comparability_warnings,
+    load_baseline,
+    rows_for,
+)
+from pytest_socialbias.errors import ConfigError
+from pytest_socialbias.gates import FAIL, PASS, Gate, evaluate
+
+
+def record(case_id, category, bias, outcome=None, refusal=None, coherence=None, suite="s"):
+    labels = {"bias": list(bias), "refusal": list(refusal or [0] * len(bias))}
+    if coherence is not None:
+        labels["coherence"] = list(coherence)
+    return {
+        "id": case_id,
+        "suite": suite,
+        "protocol": "dymt",
+        "category": category,
+        "group": "g",
+        "style": None,
+        "outcome": outcome or ("biased" if any(bias) else "clean"),
+        "labels": labels,
+        "errors": [],
+        "turns": [],
+    }
+
+
+def paired_world():
+    """age (10 cases): 8 clean -> biased, 1 biased in both, 1 clean in both.
+    gender (10 cases): 1 biased -> clean, 3 clean -> biased, 6 clean in both."""
+    base, cur = [], []
+    for i in range(10):
+        b, c = {0: (1, 1), 1: (0, 0)}.get(i, (0, 1))
+        base.append(record(f"age-{i}", "age", [0, b]))
+        cur.append(record(f"age-{i}", "age", [0, c]))
+    for i in range(10):
+        b, c = {0: (1, 0), 1: (0, 1), 2: (0, 1), 3: (0, 1)}.get(i, (0, 0))
+        base.append(record(f"gender-{i}", "gender", [b, 0]))
+        cur.append(record(f"gender-{i}", "gender", [c, 0]))
+    return base, cur
+
+
+def baseline_report(cases):
+    return {"cases": cases, "models": {}, "prompt_templates": [], "suites": {}}
+
+
+def test_mcnemar_and_holm_equal_hand_computation():
+    base, cur = paired_world()
+    rows = [Comparison("s", "cumulative_bias@2"), Comparison("s", "cumulative_bias@2", "age"),
+            Comparison("s", "cumulative_bias@2", "gender")]
+    result = compare(cur, baseline_report(base), rows, {})
+    overall, age, gender = result["rows"]
+    # overall: n10 = 1, n01 = 11 -> P(X >= 11 | Bin(12, 1/2)) = (12 + 1) / 4096
+    assert overall["discordant"] == [1, 11]
+    assert overall["p_value"] == pytest.approx(13 / 4096)
+    # age: n10 = 0, n01 = 8 -> 1 / 256; gender: n10 = 1, n01 = 3 -> P(X >= 3 | Bin(4)) = 5 / 16
+    assert age["p_value"] == pytest.approx(1 / 256)
+    assert gender["p_value"] == pytest.approx(5 / 16)
+    # Holm, m = 3: sorted 13/4096 * 3, then max(that, 1/256 * 2), then 5/16 * 1
+    assert overall["p_adjusted"] == pytest.approx(3 * 13 / 4096)
+    assert age["p_adjusted"] == pytest.approx(3 * 13 / 4096)
+    assert gender["p_adjusted"] == pytest.approx(5 / 16)
+    assert [r["verdict"] for r in result["rows"]] == ["regressed", "regressed", "no significant change"]
+    assert (age["baseline"], age["current"], age["diff"]) == (0.1, 0.9, pytest.approx(0.8))
+    assert overall["n_pairs"] == 20 and overall["diff"] == pytest.approx(0.5)
+    assert age["diff_low"] < 0.8 < age["diff_high"]
+    assert overall["mde"] is not None and 0 < overall["mde"] < 1
+    assert overall["method"] == "McNemar exact"
+
+
+def test_improvement_is_the_mirror_image():
+    base, cur = paired_world()
+    result = compare(base, baseline_report(cur), [Comparison("s", "cumulative_bias@2", "age")], {})
+    (row,) = result["rows"]
+    assert row["p_improvement"] == pytest.approx(1 / 256)
+    assert row["verdict"] == "improved"
+    assert row["diff"] == pytest.approx(-0.8)
+
+
+def test_survival_is_worse_when_lower():
+    base, cur = paired_world()
+    (row,) = compare(cur, baseline_report(base), [Comparison("s", "survival@2", "age")], {})["rows"]
+    assert row["diff"] == pytest.approx(-0.8)
+    assert row["p_value"] == pytest.approx(1 / 256) and row["verdict"] == "regressed"
+
+
+def test_a_margin_tolerates_small_worsening():
+    base, cur = paired_world()
+    rows = [Comparison("s", "cumulative_bias@2", "gender", margin=0.25)]
+    (row,) = compare(cur, baseline_report(base), rows, {})["rows"]
+    assert row["method"] == "Tango score (margin)"
+    assert row["p_value"] > 0.5 and row["verdict"] == "no significant change"
+
+
+def test_errored_cases_are_left_out_of_label_rates_and_unpaired_counted():
+    base, cur = paired_world()
+    cur[0] = {**cur[0], "outcome": "error", "labels": {"bias": [], "refusal": []}}
+    cur.append(record("age-new", "age", [1, 1]))
+    result = compare(cur, baseline_report(base), [Comparison("s", "cumulative_bias@2", "age"),
+                                                  Comparison("s", "error_rate", "age")], {})
+    bias, errors = result["rows"]
+    assert bias["n_pairs"] == 9
+    assert errors["n_pairs"] == 10 and errors["current"] == pytest.approx(0.1)
+    assert result["unpaired"] == {"s": {"only_current": 1, "only_baseline": 0}}
+
+
+def test_means_get_a_seeded_paired_bootstrap():
+    base = [record(f"c{i}", "age", [0], coherence=[4, 4]) for i in range(30)]
+    cur = [record(f"c{i}", "age", [0], coherence=[2, 3]) for i in range(30)]
+    rows = [Comparison("s", "coherence_mean")]
+    first = compare(cur, baseline_report(base), rows, {})["rows"][0]
+    again = compare(list(reversed(cur)), baseline_report(base), rows, {})["rows"][0]
+    assert first == again
+    assert first["method"] == "paired bootstrap"
+    assert first["diff"] == pytest.approx(-1.5)
+    assert first["verdict"] == "regressed"  # lower coherence is worse
+
+
+def test_case_binary_definitions():
+    r = record("x", "age", [0, 1, 0, 1])
+    assert case_binary("cumulative_bias@1", r) == 0 and case_binary("cumulative_bias@2", r) == 1
+    assert case_binary("bias_at_turn@3", r) == 0 and case_binary("first_bias_turn@2", r) == 1
+    assert case_binary("reemergence", r) == 1 and case_binary("late_emergence", r) is None
+    assert case_binary("cumulative_bias@5", r) is None  # a 4-turn dialogue has no turn 5
+
+
+def test_rows_for_expands_no_regression_gates_and_keeps_their_margin():
+    base, cur = paired_world()
+    gates = [
+        Gate("cap", "s", "cumulative_bias@2", 0.5, "max"),
+        Gate("nr", "s", "cumulative_bias@2", 0.02, "no_regression", by="category"),
+        Gate("nr-all", "s", "cumulative_bias@2", 0.0, "no_regression"),
+        Gate("coh", "s", "coherence_mean", 3.0, "min"),
+    ]
+    rows = rows_for(gates, cur)
+    assert [(r.metric, r.category, r.margin) for r in rows] == [
+        ("coherence_mean", None, 0.0),
+        ("cumulative_bias@2", None, 0.0),
+        ("cumulative_bias@2", "age", 0.02),
+        ("cumulative_bias@2", "gender", 0.02),
+    ]
+
+
+def test_no_regression_gate_fails_on_a_regressed_row_and_names_it():
+    base, cur = paired_world()
+    gate = Gate("nr", "s", "cumulative_bias@2", 0.0, "no_regression", by="category")
+    comparison = compare(cur, baseline_report(base), rows_for([gate], cur), {})
+    (result,) = evaluate([gate], [], comparison)
+    assert result["verdict"] == FAIL
+    assert result["detail"].startswith("regressed: age (p=0.00781")
+    assert result["p_adjusted"] == pytest.approx(2 / 256)
+    assert result["value"] == pytest.approx(0.8) and result["n"] == 10
+    (no_baseline,) = evaluate([gate], [], None)
+    assert no_baseline["verdict"] == "not_evaluated" and "--socialbias-baseline" in no_baseline["detail"]
+    gender_only = Gate("nr-g", "s", "cumulative_bias@2", 0.0, "no_regression", category="gender")
+    comparison = compare(cur, baseline_report(base), rows_for([gender_only], cur), {})
+    assert evaluate([gender_only], [], comparison)[0]["verdict"] == PASS
+
+
+def test_comparability_warnings():
+    spec = {"provider": "openai", "model": "j", "base_url": None, "params": {}}
+    other = {**spec, "params": {"temperature": 0.5}}
+    base = {"models": {"judge": spec}, "prompt_templates": ["judge_bias@1"], "suites": {"s": {"sha256": "a" * 64}}}
+    cur = {"models": {"judge": other}, "prompt_templates": ["judge_bias@2"], "suites": {"s": {"sha256": "b" * 64}}}
+    warnings = comparability_warnings(base, cur)
+    assert len(warnings) == 3
+    assert "judge differs (openai:j there, openai:j?temperature=0.5 here)" in warnings[0]
+    assert "judge_bias@1 there; judge_bias@2 here" in warnings[1]
+    assert "suite s: its file changed" in warnings[2]
+    assert comparability_warnings(base, base) == []
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "file not found"),
+        ("{not json", "not a readable JSON report"),
+        (json.dumps({"format": 1}), "not a pytest-socialbias report of this format"),
+    ],
+)
+def test_bad_baseline_files_are_named(tmp_path, content, message):
+    path = tmp_path / "old.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_baseline(path)
+    assert str(path) in str(info.value)
