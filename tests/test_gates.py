@@ -442,3 +442,35 @@ def test_unknown_category_or_style_filter_is_an_error(tmp_path, field, value):
         load_gates(path)
     assert f"{path}:2" in str(info.value)
     assert f"unknown {field} {value!r}" in str(info.value)
+
+
+# --------------------------------------------------------------------------- no_regression gates
+
+
+def test_no_regression_gate_loads_margin_alpha_and_by(tmp_path):
+    path = write(tmp_path, """
+        gates:
+          - {name: nr, suite: dymt, metric: cumulative_bias@5, no_regression: true, margin: 0.02, alpha: 0.01, by: category}
+          - {name: nr2, suite: dymt, metric: refusal_rate, no_regression: true}
+        """)
+    first, second = load_gates(path)
+    assert (first.kind, first.bound, first.alpha, first.by) == ("no_regression", 0.02, 0.01, "category")
+    assert (second.bound, second.alpha, second.by) == (0.0, 0.05, None)
+
+
+@pytest.mark.parametrize(
+    "gate, message",
+    [
+        ("{name: g, suite: s, metric: refusal_rate, no_regression: true, max: 0.1}", ":2: at gates[0]: gate 'g' needs exactly one bound"),
+        ("{name: g, suite: s, metric: refusal_rate, max: 0.1, margin: 0.02}", ":2: at gates[0]: gate 'g': margin only apply to no_regression gates"),
+        ("{name: g, suite: s, metric: reemergence, min: 0.1, by: category}", "by only apply to no_regression gates"),
+        ("{name: g, suite: judge-check, metric: bias_judge_kappa, no_regression: true}", "'bias_judge_kappa' cannot be compared case by case"),
+        ("{name: g, suite: s, metric: refusal_rate, no_regression: true, by: category, category: age}", "by: category compares every category; remove category: 'age'"),
+        ("{name: g, suite: s, metric: refusal_rate, no_regression: true, compare: ci_low}", "gates[0]"),
+        ("{name: g, suite: s, metric: refusal_rate, no_regression: true, margin: 1.5}", "gates[0]"),
+    ],
+)
+def test_no_regression_gate_errors_name_the_line_and_fix(tmp_path, gate, message):
+    path = write(tmp_path, "gates:\n  - " + gate + "\n")
+    text = load_error(path)
+    assert message in text and str(path) in text
