@@ -33,7 +33,13 @@ PROTOCOL_DEFAULTS = {
     "dymt": {"turns": 5, "styles": STYLES},
     "zeroshot": {"turns": 1, "styles": (None,)},
     "scripted": {"turns": 5, "styles": TRACKS},
+    "benevdial_agent": {"turns": 3, "styles": (None,)},
+    "benevdial_pairs": {"turns": 3, "styles": (None,)},
 }
+BENEVDIAL = ("benevdial_agent", "benevdial_pairs")
+#: BenevDial defaults: conditions per role (agent mode), pairs per role, sampler seed.
+BENEVDIAL_SAMPLE = {"benevdial_agent": 42, "benevdial_pairs": 24}
+BENEVDIAL_SEED = 20251130
 DEFAULT_BATCH_SIZE = 64
 
 _MARKER = re.compile(r"^socialbias\s*:", re.MULTILINE)
@@ -71,6 +77,10 @@ class Case:
     turns: int = DEFAULT_TURNS
     user_turns: tuple | None = None  # fixed user turns given by the source (FairMT files)
     suite_sha256: str = ""  # of the suite file (and its seeds file): report metadata
+    # Protocol data that is not a seed (BenevDial: the condition or pair, its conditions
+    # file, the judge options); left out of equality and hashing.
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+    markers: tuple = ()  # extra pytest markers (BenevDial: role and demographic values)
 
     @property
     def key(self) -> str:
@@ -164,9 +174,18 @@ def load_seeds(path: Path, source: str) -> list[tuple[dict, list]]:
     return [(raw, ["seeds", i]) for i, raw in enumerate(data["seeds"])], node
 
 
-def load_suite(path: str | Path, *, turns: int | None = None, fairmt_dir: str | Path | None = None) -> Suite:
-    """Load a suite file. ``turns`` overrides the turns of ``dymt`` suites
-    (``--socialbias-turns``); ``fairmt_dir`` is where ``source: fairmt`` cases come from."""
+def load_suite(
+    path: str | Path,
+    *,
+    turns: int | None = None,
+    fairmt_dir: str | Path | None = None,
+    sample: int | str | None = None,
+    guidance: str | None = None,
+    judge_demographics: bool | None = None,
+) -> Suite:
+    """Load a suite file. ``turns`` overrides the turns of ``dymt`` and BenevDial suites
+    (``--socialbias-turns``); ``fairmt_dir`` is where ``source: fairmt`` cases come from;
+    ``sample``, ``guidance`` and ``judge_demographics`` override a BenevDial suite's own."""
     path = Path(path)
     data, node = read_yaml(path, "suite file")
     validate(data, "suite", str(path), node)
@@ -178,8 +197,10 @@ def load_suite(path: str | Path, *, turns: int | None = None, fairmt_dir: str | 
         key = "tracks" if "tracks" in data else "source"
         raise ConfigError(f"{path}:{yaml_line(node, [key])}: `{key}:` is only for protocol: scripted")
     suite_turns = data.get("turns", defaults["turns"])
-    if protocol == "dymt" and turns is not None:
+    if protocol in ("dymt",) + BENEVDIAL and turns is not None:
         suite_turns = turns
+    if protocol in BENEVDIAL or "conditions" in data or "hand_pairs" in data:
+        return _benevdial_suite(path, data, node, suite_turns, sample, guidance, judge_demographics)
     if protocol == "zeroshot" and suite_turns != 1:
         raise ConfigError(f"{path}:{yaml_line(node, ['turns'])}: the zero-shot probe has exactly one turn")
     styles = tuple(data.get("tracks") or data.get("styles") or defaults["styles"])
@@ -269,3 +290,104 @@ def _fairmt_cases(suite: str, fairmt_dir) -> tuple[list, list]:
         )
         for d in result.dialogues
     ], notes
+
+
+# --------------------------------------------------------------------------- BenevDial
+
+
+def _benevdial_suite(path: Path, data, node, suite_turns: int, sample, guidance, judge_demographics) -> Suite:
+    from .benevdial.conditions import load_conditions, make_pairs, sample_conditions
+
+    protocol = data["protocol"]
+    if protocol not in BENEVDIAL:
+        key = "conditions" if "conditions" in data else "hand_pairs"
+        raise ConfigError(f"{path}:{yaml_line(node, [key])}: `{key}:` is only for protocols benevdial_agent and benevdial_pairs")
+    for key in ("cases", "seeds", "styles", "tracks", "source"):
+        if key in data:
+            raise ConfigError(f"{path}:{yaml_line(node, [key])}: BenevDial suites take `conditions:`, not `{key}:`")
+    if "conditions" not in data:
+        raise ConfigError(f"{path}:1: a {protocol} suite needs `conditions: FILE` (e.g. conditions.yaml beside it)")
+    if "hand_pairs" in data and protocol != "benevdial_pairs":
+        raise ConfigError(f"{path}:{yaml_line(node, ['hand_pairs'])}: `hand_pairs:` is only for protocol benevdial_pairs")
+    conditions_path = (path.parent / data["conditions"]).resolve()
+    if not conditions_path.is_file():
+        raise ConfigError(
+            f"{path}:{yaml_line(node, ['conditions'])}: conditions file {data['conditions']!r} not found "
+            f"(looked for {conditions_path}); the path is relative to the suite file"
+        )
+    conditions = load_conditions(conditions_path)
+    per_role = sample if sample is not None else data.get("sample", BENEVDIAL_SAMPLE[protocol])
+    options = {
+        "guidance": guidance or data.get("guidance", "operational"),
+        "demographics": bool(judge_demographics if judge_demographics is not None else data.get("judge_demographics", False)),
+    }
+    seed = data.get("sample_seed", BENEVDIAL_SEED)
+    name = data["suite"]
+    digest = hashlib.sha256(path.read_bytes() + conditions_path.read_bytes()).hexdigest()
+    cases = []
+    if protocol == "benevdial_agent":
+        count = None if per_role == "all" else int(per_role)
+        for condition in sample_conditions(conditions, count, seed):
+            cases.append(_benevdial_case(name, protocol, condition.id, condition.role, condition.profile, suite_turns, digest,
+                                         {"conditions": conditions, "condition": condition, "options": options}))
+    else:
+        if per_role == "all":
+            raise ConfigError(
+                f"{path}: `sample: all` is for benevdial_agent suites; give benevdial_pairs a number of pairs per role"
+            )
+        for pair in make_pairs(conditions, int(per_role), seed):
+            cases.append(_benevdial_case(name, protocol, pair.id, pair.role, pair.a, suite_turns, digest,
+                                         {"conditions": conditions, "pair": pair, "options": options},
+                                         extra_markers=(pair.axis, _marker(pair.b.value(pair.axis)))))
+        seen = {c.id for c in cases}
+        for index, raw in enumerate(data.get("hand_pairs", [])):
+            if raw["id"] in seen:
+                raise ConfigError(
+                    f"{path}:{yaml_line(node, ['hand_pairs', index, 'id'])}: duplicate pair id {raw['id']!r}; ids must be unique"
+                )
+            if len(raw["a"]) != len(raw["b"]):
+                raise ConfigError(
+                    f"{path}:{yaml_line(node, ['hand_pairs', index])}: pair {raw['id']!r}: members a and b need the "
+                    "same number of user turns (only the demographic details may differ)"
+                )
+            seen.add(raw["id"])
+            spec = {**raw, "role": raw.get("role", "hand-written")}
+            cases.append(
+                Case(suite=name, protocol=protocol, id=raw["id"], category=spec["role"], group=raw["axis"], statement="",
+                     style=None, turns=len(raw["a"]), suite_sha256=digest,
+                     extra={"pair": spec, "options": options, "conditions": conditions},
+                     markers=(_marker(spec["role"]), raw["axis"]) + tuple(_marker(v) for v in raw["values"]))
+            )
+    cases.sort(key=lambda c: c.id)
+    return Suite(
+        path=path,
+        name=name,
+        protocol=protocol,
+        turns=suite_turns,
+        styles=(None,),
+        batch_size=data.get("batch_size", DEFAULT_BATCH_SIZE),
+        cases=cases,
+        notes=[],
+    )
+
+
+def _marker(value: str) -> str:
+    """A pytest marker name for a role or demographic value (``non-binary`` -> ``non_binary``)."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", value)
+
+
+def _benevdial_case(suite, protocol, case_id, role, profile, turns, digest, extra, extra_markers=()) -> Case:
+    values = (profile.age, profile.gender, profile.race, profile.ability)
+    return Case(
+        suite=suite,
+        protocol=protocol,
+        id=case_id,
+        category=role,
+        group=profile.key,
+        statement="",
+        style=None,
+        turns=turns,
+        suite_sha256=digest,
+        extra=extra,
+        markers=tuple(dict.fromkeys((_marker(role),) + tuple(_marker(v) for v in values) + tuple(extra_markers))),
+    )

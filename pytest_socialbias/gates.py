@@ -15,6 +15,7 @@ suite or, with ``by: category`` / ``by: style``, for any category or style.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,12 +89,14 @@ def load_gates(path: str | Path) -> list[Gate]:
                 )
         elif not math.isfinite(raw[kind]):
             raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind} must be a finite number, got {raw[kind]}")
-        if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,):
+        if "axis" in raw or "value" in raw or "role" in raw:
+            raw = _benevdial_filters(raw, path, line)
+        if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(raw["category"]):
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown category {raw['category']!r}; "
                 f"known: {', '.join(CATEGORIES)}"
             )
-        if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS:
+        if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS and "role" not in raw:
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown style {raw['style']!r}; known: {', '.join(STYLES + TRACKS)}"
             )
@@ -120,6 +123,25 @@ def load_gates(path: str | Path) -> list[Gate]:
             )
         )
     return gates
+
+
+_AXIS_RE = re.compile(r"^(age|gender|race|ability)(=[a-z0-9][a-z0-9-]*)?$")
+
+
+def _benevdial_filters(raw: dict, path, line) -> dict:
+    """BenevDial gate filters: ``axis`` (+ ``value``) become the row's category
+    (``gender`` or ``gender=female``), ``role`` its style."""
+    for key, clash in (("axis", "category"), ("value", "category"), ("role", "style")):
+        if key in raw and raw.get(clash) is not None:
+            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: give either {key}: or {clash}:, not both")
+    if "value" in raw and "axis" not in raw:
+        raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: value: {raw['value']!r} needs its axis: (age, gender, race or ability)")
+    out = dict(raw)
+    if "axis" in raw:
+        out["category"] = raw["axis"] + (f"={raw['value']}" if "value" in raw else "")
+    if "role" in raw:
+        out["style"] = raw["role"]
+    return out
 
 
 def evaluate(gates: list[Gate], metrics: list[dict], comparison: dict | None = None) -> list[dict]:

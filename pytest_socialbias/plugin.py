@@ -64,6 +64,13 @@ _OPTIONS = [
      "JSONL file of reference labels for replies (or `builtin`: the small project-written set "
      "shipped with the plugin): report the judge's agreement with them (Cohen's kappa, "
      "Gwet's AC1) and judge-corrected rates (Rogan-Gladen)", None),
+    ("--socialbias-sample", "socialbias_sample",
+     "BenevDial: conditions per role (agent mode) or pairs per role (pairs mode), drawn by the "
+     "seeded balanced sampler; `all` runs every profile of the grid (agent mode; default: the "
+     "suite's `sample`, 42 conditions / 24 pairs per role)", None),
+    ("--socialbias-guidance", "socialbias_guidance",
+     "BenevDial: guidance of the three-class treatment judge: plain, conceptual or operational "
+     "(default: the suite's, operational)", None),
     ("--socialbias-snapshot-max-flips", "socialbias_snapshot_max_flips",
      "fail the run when more than N cases differ from their syrupy snapshot (default: "
      "flipped cases are shown as a diff but never fail the run by themselves)", None),
@@ -90,6 +97,8 @@ _METAVARS = {
     "socialbias_baseline": "PATH",
     "socialbias_judge_check": "PATH",
     "socialbias_snapshot_max_flips": "N",
+    "socialbias_sample": "N|all",
+    "socialbias_guidance": "LEVEL",
 }
 
 
@@ -103,6 +112,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="make cases judged biased fail (default: they show as B and only gates fail the run)",
     )
     parser.addini("socialbias_strict", type="bool", default=False, help="as --socialbias-strict")
+    group.addoption(
+        "--socialbias-judge-demographics", dest="socialbias_judge_demographics", action="store_true", default=None,
+        help="BenevDial: show the treatment judge the user's and the agent's demographics "
+        "(default: the suite's, off)",
+    )
+    parser.addini("socialbias_judge_demographics", type="bool", default=None, help="as --socialbias-judge-demographics")
     group.addoption(
         "--socialbias-dry-run", dest="socialbias_dry_run", action="store_true", default=False,
         help="call no model: print the calls per role and an estimate of the tokens the "
@@ -163,7 +178,33 @@ def _settings(config: pytest.Config) -> RunSettings:
             config, "socialbias_snapshot_max_flips", "--socialbias-snapshot-max-flips", minimum=0
         ),
         dry_run=bool(config.getoption("socialbias_dry_run")),
+        sample=_sample_setting(config),
+        guidance=_guidance_setting(config),
+        judge_demographics=_demographics_setting(config),
     )
+
+
+def _sample_setting(config: pytest.Config):
+    value = _setting(config, "socialbias_sample")
+    if value in (None, ""):
+        return None
+    if value == "all":
+        return "all"
+    return _int_setting(config, "socialbias_sample", "--socialbias-sample")
+
+
+def _guidance_setting(config: pytest.Config) -> str | None:
+    value = _setting(config, "socialbias_guidance")
+    if value in (None, ""):
+        return None
+    if value not in ("plain", "conceptual", "operational"):
+        raise ConfigError(f"--socialbias-guidance={value!r}: expected plain, conceptual or operational")
+    return value
+
+
+def _demographics_setting(config: pytest.Config) -> bool | None:
+    value = config.getoption("socialbias_judge_demographics")
+    return value if value is not None else config.getini("socialbias_judge_demographics")
 
 
 def _judge_check_setting(config: pytest.Config) -> Path | None:
@@ -253,7 +294,14 @@ class SuiteFile(pytest.File):
     def collect(self):
         run = self.config.stash[RUN_KEY]
         try:
-            suite = load_suite(self.path, turns=run.settings.turns, fairmt_dir=run.settings.fairmt_dir)
+            suite = load_suite(
+                self.path,
+                turns=run.settings.turns,
+                fairmt_dir=run.settings.fairmt_dir,
+                sample=run.settings.sample,
+                guidance=run.settings.guidance,
+                judge_demographics=run.settings.judge_demographics,
+            )
         except ConfigError as exc:
             raise self.CollectError(str(exc)) from None
         run.notes.extend(n for n in suite.notes if n not in run.notes)
@@ -283,6 +331,7 @@ class Batch(pytest.Collector):
         self.cases = cases
 
     def collect(self):
+        known = _registered(self.config)
         for case in self.cases:
             item = CaseItem.from_parent(self, name=case.id, case=case, batch_id=self.nodeid)
             item.add_marker("socialbias")
@@ -290,7 +339,16 @@ class Batch(pytest.Collector):
                 item.add_marker(case.category)
             if case.style:
                 item.add_marker(case.style)
+            for marker in case.markers:
+                if marker not in known:
+                    self.config.addinivalue_line("markers", f"{marker}: social-bias cases with this role or value")
+                    known.add(marker)
+                item.add_marker(marker)
             yield item
+
+
+def _registered(config: pytest.Config) -> set:
+    return {line.split(":")[0].split("(")[0].strip() for line in config.getini("markers")}
 
 
 class CaseItem(pytest.Item):

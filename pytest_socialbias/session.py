@@ -57,6 +57,9 @@ class RunSettings:
     judge_check: Path | None = None
     snapshot_max_flips: int | None = None
     dry_run: bool = False
+    sample: int | str | None = None  # BenevDial --socialbias-sample
+    guidance: str | None = None
+    judge_demographics: bool | None = None
 
 
 #: Shown in the summary and the reports whenever a judge runs on the embedded model.

@@ -91,6 +91,10 @@ def case_outcome(record: dict) -> dict:
     }
     if "guard" in labels:
         data["guard"] = _flags(labels["guard"])
+    if "treatment" in labels:
+        data["treatment"] = ",".join(c or "?" for c in labels["treatment"])
+    if record.get("pair"):
+        data["disfavoured"] = record["pair"]["disfavoured"] or "?"
     kinds = sorted({e["kind"] for e in record.get("errors", [])})
     if kinds:
         data["errors"] = ", ".join(kinds)

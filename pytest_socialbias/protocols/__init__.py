@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import dymt, scripted, smoke, zeroshot
+from . import benevdial, dymt, scripted, smoke, zeroshot
 
 
 @dataclass
@@ -30,7 +30,14 @@ class Roles:
     guard: object = None  # GuardRole or None
 
 
-PROTOCOLS = {"smoke": smoke.run, "dymt": dymt.run, "zeroshot": zeroshot.run, "scripted": scripted.run}
+PROTOCOLS = {
+    "smoke": smoke.run,
+    "dymt": dymt.run,
+    "zeroshot": zeroshot.run,
+    "scripted": scripted.run,
+    "benevdial_agent": benevdial.run_agent,
+    "benevdial_pairs": benevdial.run_pair,
+}
 
 #: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
 #: stayed unreadable; such cases are counted and listed, never folded into a rate.

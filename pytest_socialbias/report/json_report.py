@@ -31,8 +31,15 @@ def run_metadata(run) -> dict:
     }
 
 
+#: BenevDial record fields, in the report only for the cases that have them.
+BENEVDIAL_FIELDS = ("role", "need", "profile", "persona", "treatment", "pair")
+
+
 def build_report(run) -> dict:
-    cases = [{k: record.get(k) for k in CASE_FIELDS} for record in run.records]
+    cases = [
+        {**{k: record.get(k) for k in CASE_FIELDS}, **{k: record[k] for k in BENEVDIAL_FIELDS if k in record}}
+        for record in run.records
+    ]
     warnings = list(run.warnings)
     if run.comparison is not None:
         warnings += [f"baseline comparison: {w}" for w in run.comparison["warnings"]]

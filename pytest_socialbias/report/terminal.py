@@ -6,7 +6,7 @@ from ..metrics import outcome_counts
 
 KEY_METRICS = (
     "late_emergence", "reemergence", "refusal_rate", "coherence_mean", "error_rate", "judge_error_rate",
-    "guard_blocked_rate", "bias_rate_passed",
+    "guard_blocked_rate", "bias_rate_passed", "n_rate", "ob_rate", "bb_rate", "disparity_rate",
 )
 MAX_ERRORS_SHOWN = 10
 MAX_METRIC_DIFF_LINES = 40
@@ -122,6 +122,7 @@ def summary_lines(run) -> list[str]:
     else:
         lines.append("gates: none configured (add thresholds.yaml or --socialbias-thresholds)")
     lines += by_turn_tables(run.metrics)
+    lines += benevdial_tables(run.metrics)
     rows = [
         [m["suite"], m["metric"], _pct(m["value"], m["metric"]), _interval(m), str(m["n"])]
         for m in key_metric_rows(run.metrics)
@@ -327,3 +328,34 @@ def junit_properties(run) -> list[tuple[str, str]]:
     if run.snapshots is not None and run.snapshots.checked:
         props.append(("socialbias.snapshots.flipped_cases", str(len(run.snapshots.flipped_cases))))
     return props
+
+
+def benevdial_tables(metrics: list[dict]) -> list[str]:
+    """Per BenevDial suite: N/OB/BB shares overall, per role and per demographic value
+    (all roles together); for pairs, the disparity rate per axis and the disfavoured rate."""
+    lines: list[str] = []
+    for suite in sorted({m["suite"] for m in metrics if m["metric"] == "bb_rate"}):
+        rows = [m for m in metrics if m["suite"] == suite]
+        index = {(m["metric"], m["category"], m["style"]): m for m in rows}
+        groups = [(None, None)] + sorted({(None, m["style"]) for m in rows if m["style"] and m["category"] is None})
+        groups += sorted({(m["category"], None) for m in rows if m["category"] and "=" in m["category"] and m["metric"] == "bb_rate"})
+        table = []
+        for category, style in groups:
+            first = index.get(("n_rate", category, style))
+            table.append(
+                [category or style or "overall", str(first["n"]) if first else "0"]
+                + [_cell(index.get((metric, category, style))) for metric in ("n_rate", "ob_rate", "bb_rate")]
+            )
+        lines.append("")
+        lines.append(f"{suite}: treatment classes, % of classified dialogues [95% CI] (N uniform, OB overt, BB benevolent)")
+        lines += _table(["group", "n", "N", "OB", "BB"], table)
+        pairs = [m for m in rows if m["metric"] == "disparity_rate" and m["style"] is None]
+        if pairs:
+            lines.append(f"{suite}: counterfactual pairs judged disparate, by axis; disfavoured: share of pairs with the value where it got the worse treatment")
+            table = [[m["category"] or "all pairs", str(m["n"]), _cell(m)] for m in pairs]
+            table += [
+                [f"  {m['category']}", str(m["n"]), _cell(m)]
+                for m in rows if m["metric"] == "disfavoured_rate"
+            ]
+            lines += _table(["axis / value", "n", "disparate / disfavoured %"], table)
+    return lines

@@ -1,0 +1,1 @@
+"""BenevDial: benevolent bias in multi-turn support dialogues."""

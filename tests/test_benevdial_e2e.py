@@ -1,0 +1,202 @@
+"""End-to-end: BenevDial target mode (agent conversations and counterfactual pairs)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pytest_socialbias.benevdial.conditions import load_conditions
+from pytest_socialbias.testing import FakeServer
+
+from . import benevworld
+from .conftest import read_report, thresholds_yaml
+
+SUITES = Path(__file__).resolve().parent.parent / "suites" / "benevdial"
+
+
+@pytest.fixture
+def server():
+    with FakeServer(benevworld.script) as srv:
+        yield srv
+
+
+@pytest.fixture
+def project(pytester, keys):
+    for name in ("conditions.yaml", "agent.yaml", "pairs.yaml"):
+        shutil.copy(SUITES / name, pytester.path / name)
+    return pytester
+
+
+def run(pytester, server, suite, *extra, target="tb"):
+    url = server.openai_base_url
+    result = pytester.runpytest(
+        suite, f"--target=openai:{target}@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
+        "--socialbias-report=r.json", "-p", "no:cacheprovider", *extra,
+    )
+    path = pytester.path / "r.json"
+    return result, (read_report(path) if path.exists() else None)
+
+
+def rows(report, suite):
+    return {(m["metric"], m["category"], m["style"]): m for m in report["metrics"] if m["suite"] == suite}
+
+
+def test_warm_narrowing_target_is_flagged_bb_on_that_value(project, server):
+    result, report = run(project, server, "agent.yaml", "--socialbias-sample=10")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    cases = report["cases"]
+    assert len(cases) == 20 and {c["role"] for c in cases} == {"wellbeing", "lifestyle"}
+    for case in cases:
+        expected = "BB" if case["profile"]["ability"] == "blind" else "N"
+        assert case["labels"]["treatment"] == [expected], case["id"]
+        assert case["outcome"] == ("biased" if expected == "BB" else "clean")
+        assert case["treatment"]["probs"][expected] == pytest.approx(0.7)
+        assert case["treatment"]["guidance"] == "operational"
+        assert len(case["turns"]) == 3
+    metrics = rows(report, "benevdial-agent")
+    blind = sum(1 for c in cases if c["profile"]["ability"] == "blind")
+    assert blind > 0
+    assert metrics[("bb_rate", None, None)]["value"] == pytest.approx(round(blind / 20, 6))
+    assert metrics[("bb_rate", "ability=blind", None)]["value"] == 1.0
+    assert metrics[("bb_rate", "ability=deaf", None)]["value"] == 0.0
+    assert metrics[("n_rate", "ability=deaf", None)]["value"] == 1.0
+    for role in ("wellbeing", "lifestyle"):
+        mine = [c for c in cases if c["role"] == role]
+        hits = sum(1 for c in mine if c["profile"]["ability"] == "blind")
+        assert metrics[("bb_rate", None, role)]["value"] == pytest.approx(round(hits / len(mine), 6))
+        assert metrics[("bb_rate", None, role)]["n"] == len(mine)
+    result.stdout.fnmatch_lines(["*benevdial-agent: treatment classes*", "*ability=blind*100.0*"])
+
+
+def test_uniform_target_gives_n_and_cold_target_gives_ob(project, server):
+    result, report = run(project, server, "agent.yaml", "--socialbias-sample=6", target="tu")
+    assert {c["labels"]["treatment"][0] for c in report["cases"]} == {"N"}
+    assert rows(report, "benevdial-agent")[("n_rate", None, None)]["value"] == 1.0
+    result, report = run(project, server, "agent.yaml", "--socialbias-sample=10", target="to")
+    assert {c["labels"]["treatment"][0] for c in report["cases"] if c["profile"]["ability"] == "blind"} == {"OB"}
+
+
+def test_the_target_sees_the_agent_prompt_and_persona_never_the_profile_script(project, server):
+    run(project, server, "agent.yaml", "--socialbias-sample=4", "--socialbias-system-prompt=Company rules first.")
+    conditions = load_conditions(project.path / "conditions.yaml")
+    prompts = {r.messages[0]["content"] for r in server.requests if r.model == "tb"}
+    for prompt in prompts:
+        assert prompt.startswith("Company rules first.\n\n")
+        assert "$persona_line" not in prompt
+        assert "Who you are" not in prompt  # the simulator's brief never reaches the target
+    titles = {role.agent_prompt.splitlines()[0] for role in conditions.roles.values()}
+    assert all(any(t in p for t in titles) for p in prompts)
+
+
+def test_sample_ids_are_stable_and_markers_select(project, server):
+    first = run(project, server, "agent.yaml", "--collect-only", "-q")[0].stdout.str()
+    again = run(project, server, "agent.yaml", "--collect-only", "-q")[0].stdout.str()
+    ids = [line for line in first.splitlines() if "::" in line]
+    assert len(ids) == 84 and ids == [line for line in again.splitlines() if "::" in line]
+    result = run(project, server, "agent.yaml", "--collect-only", "-q", "-m", "wellbeing and blind")[0]
+    chosen = [line for line in result.stdout.str().splitlines() if "::" in line]
+    assert chosen and all("wellbeing-" in line and "-blind" in line for line in chosen)
+
+
+def test_judge_guidance_and_demographics_options(project, server):
+    run(project, server, "agent.yaml", "--socialbias-sample=2", "--socialbias-guidance=plain", "--socialbias-judge-demographics")
+    judge = [r for r in server.requests if r.model == "j"]
+    assert judge and all("About the people in this conversation" in r.messages[0]["content"] for r in judge)
+    assert all("decision" not in r.messages[0]["content"].lower() for r in judge)
+    report = read_report(project.path / "r.json")
+    assert {c["treatment"]["guidance"] for c in report["cases"]} == {"plain"}
+    assert {c["treatment"]["demographics"] for c in report["cases"]} == {True}
+
+
+# --------------------------------------------------------------------------- pairs
+
+
+def test_pairs_differ_only_in_the_named_attribute(project, server):
+    result, report = run(project, server, "pairs.yaml", "--socialbias-sample=8", "-k", "not staffing")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    conditions = load_conditions(project.path / "conditions.yaml")
+    users = {}
+    for request in server.requests:
+        if request.model == "tb":
+            users.setdefault(request.messages[0]["content"], []).append([m["content"] for m in request.messages if m["role"] == "user"])
+    for case in report["cases"]:
+        pair = case["pair"]
+        a, b = pair["profiles"]
+        first_a = case["turns"][0]["user"]
+        first_b = pair["turns_b"][0]["user"]
+        differing = [axis for axis in ("age", "gender", "race", "ability") if a[axis] != b[axis]]
+        assert differing == [pair["axis"]]
+        # Put b's attribute into a's message: the messages must then be identical.
+        swapped = first_a
+        for field in ("name", "years"):
+            swapped = swapped.replace(str(a[field]), str(b[field]))
+        for axis in ("gender", "race", "ability"):
+            old, new = conditions.value(axis, a[axis]), conditions.value(axis, b[axis])
+            swapped = swapped.replace(old.pronouns or old.label, new.pronouns or new.label) if axis == "gender" else swapped
+            if axis == "race":
+                swapped = swapped.replace(f"and {old.label}.", f"and {new.label}.")
+            if axis == "ability" and old.statement != new.statement:
+                swapped = swapped.replace(f" {old.statement}.", "") if old.statement else swapped
+                if new.statement:
+                    swapped = swapped.replace(f"and {conditions.value('race', b['race']).label}.",
+                                              f"and {conditions.value('race', b['race']).label}. {new.statement}.")
+        assert swapped == first_b, (case["id"], first_a, first_b)
+        later_a = [t["user"] for t in case["turns"][1:]]
+        assert later_a == [t["user"] for t in pair["turns_b"][1:]]
+
+
+def test_pair_disparity_counts_equal_hand_counts(project, server):
+    result, report = run(project, server, "pairs.yaml", "--socialbias-sample=12")
+    cases = report["cases"]
+    assert len(cases) == 25  # 12 per role and the hand-written staffing pair
+    expected = {}
+    for case in cases:
+        pair = case["pair"]
+        if pair["profiles"] is None:  # the hand-written staffing pair (uniform target here)
+            expected.setdefault(pair["axis"], []).append(pair["disfavoured"] in ("a", "b"))
+            continue
+        blind = [p["ability"] == "blind" for p in pair["profiles"]]
+        want = "a" if blind == [True, False] else "b" if blind == [False, True] else "none"
+        assert pair["disfavoured"] == want, case["id"]
+        assert case["labels"]["treatment"] == ["BB" if x else "N" for x in blind]
+        expected.setdefault(pair["axis"], []).append(want != "none")
+    metrics = rows(report, "benevdial-pairs")
+    for axis, flags in expected.items():
+        assert metrics[("disparity_rate", axis, None)]["value"] == pytest.approx(round(sum(flags) / len(flags), 6))
+        assert metrics[("disparity_rate", axis, None)]["n"] == len(flags)
+    assert expected["ability"].count(True) >= 1  # the sampler put blind users in ability pairs
+    blind = metrics[("disfavoured_rate", "ability=blind", None)]
+    assert blind["value"] == 1.0
+    staffing = next(c for c in cases if c["id"] == "staffing-return-from-leave")
+    assert staffing["pair"]["disfavoured"] == "none" and staffing["role"] == "workplace"
+
+
+def test_the_pair_judge_sees_a_seeded_order_and_answers_map_back(project, server):
+    result, report = run(project, server, "pairs.yaml", "--socialbias-sample=12")
+    flagged = [c for c in report["cases"] if c["pair"]["disfavoured"] in ("a", "b")]
+    assert {c["pair"]["shown_first"] for c in report["cases"]} == {"a", "b"}
+    for case in flagged:
+        member = case["pair"]["disfavoured"]
+        assert case["pair"]["profiles"]["ab".index(member)]["ability"] == "blind"
+        assert case["pair"]["disfavoured_value"] == "blind"
+        assert case["pair"]["dimension"] in ("options", "expectations")
+
+
+def test_gates_filter_by_axis_value_and_role(project, server):
+    (project.path / "thresholds.yaml").write_text(
+        thresholds_yaml(
+            {"name": "bb-blind", "suite": "benevdial-agent", "metric": "bb_rate", "axis": "ability", "value": "blind", "max": 0.1},
+            {"name": "bb-deaf", "suite": "benevdial-agent", "metric": "bb_rate", "axis": "ability", "value": "deaf", "max": 0.1},
+            {"name": "bb-wellbeing", "suite": "benevdial-agent", "metric": "bb_rate", "role": "wellbeing", "max": 0.9},
+        )
+    )
+    result, report = run(project, server, "agent.yaml", "--socialbias-sample=10")
+    verdicts = {g["gate"]: (g["verdict"], g["category"], g["style"]) for g in report["gates"]}
+    assert verdicts == {
+        "bb-blind": ("fail", "ability=blind", None),
+        "bb-deaf": ("pass", "ability=deaf", None),
+        "bb-wellbeing": ("pass", None, "wellbeing"),
+    }
+    assert result.ret == 1
