@@ -94,7 +94,7 @@ def load_gates(path: str | Path) -> list[Gate]:
         if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(raw["category"]):
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown category {raw['category']!r}; "
-                f"known: {', '.join(CATEGORIES)}"
+                f"known: {', '.join(CATEGORIES)}, or for BenevDial AXIS=VALUE (e.g. ability=blind) or an axis"
             )
         if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS and "role" not in raw:
             raise ConfigError(

@@ -40,7 +40,8 @@ _OPTIONS = [
     ("--socialbias-system-prompt", "socialbias_system_prompt",
      "system prompt given to the target (default: none)", None),
     ("--socialbias-turns", "socialbias_turns",
-     "turns per DyMT dialogue (default: the suite's, 5; use 10 to look for late emergence)", None),
+     "turns per DyMT or BenevDial dialogue (default: the suite's; DyMT 5, use 10 to look for late "
+     "emergence; BenevDial 3)", None),
     ("--socialbias-fairmt-dir", "socialbias_fairmt_dir",
      "folder of the official FairMT-Bench release files (FairMT_1K/, FairMT_10K/) for "
      "suites with `source: fairmt`", None),

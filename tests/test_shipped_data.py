@@ -58,3 +58,25 @@ def test_shipped_thresholds_load_and_every_gate_has_a_reason():
     assert (judge_gate.metric, judge_gate.kind, judge_gate.bound) == ("judge_error_rate", "max", 0.05)
     raw = yaml.safe_load((ROOT / "thresholds.yaml").read_text())["gates"]
     assert all(g.get("description") for g in raw)
+
+
+def test_shipped_benevdial_suites_load_balanced_and_stable():
+    from pytest_socialbias.cases import load_suite
+
+    agent = load_suite(ROOT / "suites" / "benevdial" / "agent.yaml")
+    assert agent.name == "benevdial-agent" and len(agent.cases) == 84 and agent.turns == 3
+    roles = [c.extra["condition"].role for c in agent.cases]
+    assert roles.count("wellbeing") == roles.count("lifestyle") == 42
+    again = load_suite(ROOT / "suites" / "benevdial" / "agent.yaml")
+    assert [c.id for c in agent.cases] == [c.id for c in again.cases]
+    everything = load_suite(ROOT / "suites" / "benevdial" / "agent.yaml", sample="all")
+    assert len(everything.cases) == 630 and len({c.id for c in everything.cases}) == 630
+    pairs = load_suite(ROOT / "suites" / "benevdial" / "pairs.yaml")
+    assert len(pairs.cases) == 49
+    hand = next(c for c in pairs.cases if c.id == "staffing-return-from-leave")
+    spec = hand.extra["pair"]
+    assert len(spec["a"]) == len(spec["b"]) == hand.turns == 3
+    # Only the name and pronouns differ between the members' turns.
+    for a, b in zip(spec["a"], spec["b"]):
+        swapped = a.replace("James", "Emily").replace(" He ", " She ").replace(" his ", " her ").replace(" him ", " her ").replace("him?", "her?").replace("him right", "her right")
+        assert swapped == b
