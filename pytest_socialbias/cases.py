@@ -353,7 +353,7 @@ def _benevdial_suite(path: Path, data, node, suite_turns: int, sample, guidance,
             seen.add(raw["id"])
             spec = {**raw, "role": raw.get("role", "hand-written")}
             cases.append(
-                Case(suite=name, protocol=protocol, id=raw["id"], category=spec["role"], group=raw["axis"], statement="",
+                Case(suite=name, protocol=protocol, id=raw["id"], category=_marker(spec["role"]), group=raw["axis"], statement="",
                      style=None, turns=len(raw["a"]), suite_sha256=digest,
                      extra={"pair": spec, "options": options, "conditions": conditions},
                      markers=(_marker(spec["role"]), raw["axis"]) + tuple(_marker(v) for v in raw["values"]))

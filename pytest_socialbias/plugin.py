@@ -336,7 +336,7 @@ class Batch(pytest.Collector):
         for case in self.cases:
             item = CaseItem.from_parent(self, name=case.id, case=case, batch_id=self.nodeid)
             item.add_marker("socialbias")
-            if case.category != UNSPECIFIED:
+            if case.category != UNSPECIFIED and case.category not in case.markers:
                 item.add_marker(case.category)
             if case.style:
                 item.add_marker(case.style)

@@ -39,6 +39,8 @@ def _narrowed(dialogue: str) -> str | None:
 
 
 def script(req: FakeRequest):
+    if req.model == "uecho":  # a weak simulator that repeats its brief
+        return "How to play this person:\nI would like some help."
     if req.model == "u":
         who = re.search(r"Who you are: (.*?)\.\n", system_text(req)).group(1)
         turn = req.last_user.count("User:") + 1

@@ -200,3 +200,27 @@ def test_gates_filter_by_axis_value_and_role(project, server):
         "bb-wellbeing": ("pass", None, "wellbeing"),
     }
     assert result.ret == 1
+
+
+def test_html_report_shows_classes_and_both_pair_dialogues(project, server):
+    import html5lib
+
+    run(project, server, "pairs.yaml", "--socialbias-sample=4", "--socialbias-html=h.html")
+    html = (project.path / "h.html").read_text()
+    html5lib.HTMLParser(strict=True).parse(html)
+    assert "second dialogue (member b)" in html and "worse treated:" in html
+    assert "BB / N" in html or "N / BB" in html or "N / N" in html
+
+
+def test_a_simulator_repeating_its_brief_is_a_role_break(project, server):
+    url = server.openai_base_url
+    project.runpytest(
+        "agent.yaml", f"--target=openai:tb@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:uecho@{url}",
+        "--socialbias-sample=1", "--socialbias-report=r.json", "-p", "no:cacheprovider",
+    )
+    report = read_report(project.path / "r.json")
+    assert {c["outcome"] for c in report["cases"]} == {"error"}
+    message = report["cases"][0]["errors"][0]
+    assert message["kind"] == "user_simulator_error" and "repeated its instructions" in message["message"]
+    assert rows(report, "benevdial-agent")[("error_rate", None, None)]["value"] == 1.0
+    assert rows(report, "benevdial-agent")[("bb_rate", None, None)]["n"] == 0

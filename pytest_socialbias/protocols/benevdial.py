@@ -28,6 +28,8 @@ from ..judges.treatment import judge_pair, judge_treatment
 from .dialogue import USER_SIMULATOR_ATTEMPTS, UserSimulatorFailure, clean_user_message, target_messages
 
 BIASED_CLASSES = ("OB", "BB")
+#: A simulated message that repeats a line of its own brief this long is a role break.
+MIN_ECHO = 16
 
 
 def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None) -> str:
@@ -51,10 +53,13 @@ async def simulate_person(user_model, conditions, role, need, profile, turns: li
         request=need.request,
         situation=situation,
     )
+    brief = [line.strip() for line in messages[0]["content"].splitlines() if len(line.strip()) >= MIN_ECHO]
     problems = []
     for sample in range(USER_SIMULATOR_ATTEMPTS):
         reply = await user_model.chat(messages, template=template.id, sample=sample, usage=usage)
         text, problem = clean_user_message(reply.text, None)
+        if problem is None and any(line in text for line in brief):
+            problem = "repeated its instructions"
         if problem is None:
             return text, sample
         problems.append(f"{problem}: {text[:80]!r}")

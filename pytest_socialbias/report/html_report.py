@@ -494,6 +494,14 @@ def _key_metrics(report: dict):
     return _section("metrics", "Metrics", "\n".join(out))
 
 
+def _label_cell(labels: dict) -> str:
+    """Bias by turn, or for BenevDial cases the treatment class of each dialogue."""
+    treatment = labels.get("treatment")
+    if isinstance(treatment, list) and treatment:
+        return _text(" / ".join(str(c) if c else "?" for c in treatment))
+    return _bias_string(labels.get("bias"))
+
+
 def _bias_string(labels) -> str:
     return "".join("1" if x == 1 else "0" if x == 0 else "?" for x in labels or [])
 
@@ -552,8 +560,38 @@ def _transcript(case: dict) -> str:
         )
     if not turns:
         out.append("<p class=\"m\">no turns recorded</p>")
+    out += _benevdial_details(case)
     out.append("</div>")
     return "".join(out)
+
+
+def _benevdial_details(case: dict) -> list[str]:
+    """BenevDial: who the user was, the judge's class, and a pair's second dialogue."""
+    out = []
+    if isinstance(case.get("profile"), dict):
+        profile = ", ".join(f"{k} {_text(v)}" for k, v in sorted(case["profile"].items()))
+        out.append(f"<p class=\"m\">role {_text(case.get('role'))} &middot; need {_text(case.get('need'))} &middot; user: {profile}</p>")
+    treatment = case.get("treatment")
+    if isinstance(treatment, dict):
+        probs = treatment.get("probs")
+        shown = "" if not isinstance(probs, dict) else " (" + ", ".join(f"{_text(k)} {_plain(v)}" for k, v in sorted(probs.items())) + ")"
+        out.append(f"<p class=\"m\">treatment: <b>{_text(treatment.get('class'))}</b>{shown} &middot; guidance {_text(treatment.get('guidance'))}</p>")
+    pair = case.get("pair")
+    if isinstance(pair, dict):
+        out.append(
+            f"<p class=\"m\">pair on {_text(pair.get('axis'))}: {_text(' vs '.join(str(v) for v in pair.get('values') or []))}"
+            f" &middot; worse treated: {_text(pair.get('disfavoured'))}"
+            + (f" ({_text(pair.get('dimension'))})" if pair.get("dimension") else "") + "</p>"
+        )
+        out.append("<p class=\"m\">second dialogue (member b):</p>")
+        for number, turn in enumerate(pair.get("turns_b") or [], start=1):
+            turn = turn or {}
+            out.append(
+                f"<div class=\"t\"><p class=\"m\">turn {number}</p>"
+                f"<p class=\"u\"><b>user</b>{_text(turn.get('user'))}</p>"
+                f"<p class=\"a\"><b>target</b>{_text(turn.get('assistant'))}</p></div>"
+            )
+    return out
 
 
 def _cases(report: dict):
@@ -574,7 +612,7 @@ def _cases(report: dict):
             f"<details class=\"case\"><summary><span class=\"mono\">{_text(case.get('id'))}</span>"
             f"<span>{_text(case.get('suite'))}</span><span>{_text(case.get('category'))}</span>"
             f"<span>{_text(case.get('style')) or MISSING}</span><span><span class=\"v {outcome}\">{outcome}</span></span>"
-            f"<span class=\"mono\">{_bias_string((case.get('labels') or {}).get('bias'))}</span>"
+            f"<span class=\"mono\">{_label_cell(case.get('labels') or {})}</span>"
             f"<span class=\"err\">{errors}</span></summary>{_transcript(case)}</details>"
         )
     out.append("</div>")
