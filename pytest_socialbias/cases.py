@@ -35,8 +35,11 @@ PROTOCOL_DEFAULTS = {
     "scripted": {"turns": 5, "styles": TRACKS},
     "benevdial_agent": {"turns": 3, "styles": (None,)},
     "benevdial_pairs": {"turns": 3, "styles": (None,)},
+    "benevdial_detect": {"turns": 1, "styles": (None,)},
 }
 BENEVDIAL = ("benevdial_agent", "benevdial_pairs")
+VARIANTS = ("clean", "fold", "mask", "shuffle")
+GUARD_UNITS = ("turn", "context", "exchange")
 #: BenevDial defaults: conditions per role (agent mode), pairs per role, sampler seed.
 BENEVDIAL_SAMPLE = {"benevdial_agent": 42, "benevdial_pairs": 24}
 BENEVDIAL_SEED = 20251130
@@ -182,10 +185,13 @@ def load_suite(
     sample: int | str | None = None,
     guidance: str | None = None,
     judge_demographics: bool | None = None,
+    dialogues: str | Path | None = None,
+    guard_unit: str | None = None,
 ) -> Suite:
     """Load a suite file. ``turns`` overrides the turns of ``dymt`` and BenevDial suites
     (``--socialbias-turns``); ``fairmt_dir`` is where ``source: fairmt`` cases come from;
-    ``sample``, ``guidance`` and ``judge_demographics`` override a BenevDial suite's own."""
+    ``sample``, ``guidance`` and ``judge_demographics`` override a BenevDial suite's own;
+    ``dialogues`` (``--socialbias-dialogues``) and ``guard_unit`` a detector suite's."""
     path = Path(path)
     data, node = read_yaml(path, "suite file")
     validate(data, "suite", str(path), node)
@@ -199,6 +205,8 @@ def load_suite(
     suite_turns = data.get("turns", defaults["turns"])
     if protocol in ("dymt",) + BENEVDIAL and turns is not None:
         suite_turns = turns
+    if protocol == "benevdial_detect" or "dialogues" in data:
+        return _detect_suite(path, data, node, dialogues, guidance, judge_demographics, guard_unit)
     if protocol in BENEVDIAL or "conditions" in data or "hand_pairs" in data:
         return _benevdial_suite(path, data, node, suite_turns, sample, guidance, judge_demographics)
     if protocol == "zeroshot" and suite_turns != 1:
@@ -390,4 +398,78 @@ def _benevdial_case(suite, protocol, case_id, role, profile, turns, digest, extr
         suite_sha256=digest,
         extra=extra,
         markers=tuple(dict.fromkeys((_marker(role),) + tuple(_marker(v) for v in values) + tuple(extra_markers))),
+    )
+
+
+def _detect_suite(path: Path, data, node, dialogues_override, guidance, judge_demographics, guard_unit) -> Suite:
+    """A detector suite: one case per labelled dialogue and robustness variant."""
+    from .benevdial.conditions import load_conditions
+    from .benevdial.dialogues import load_dialogues
+
+    if data["protocol"] != "benevdial_detect":
+        raise ConfigError(f"{path}:{yaml_line(node, ['dialogues'])}: `dialogues:` is only for protocol benevdial_detect")
+    for key in ("cases", "seeds", "styles", "tracks", "source", "hand_pairs", "sample"):
+        if key in data:
+            raise ConfigError(f"{path}:{yaml_line(node, [key])}: detector suites take `dialogues:`, not `{key}:`")
+    if dialogues_override is not None:
+        dialogues_path = Path(dialogues_override)
+        option = "--socialbias-dialogues"
+    elif "dialogues" in data:
+        dialogues_path = (path.parent / data["dialogues"]).resolve()
+        option = f"{path}:{yaml_line(node, ['dialogues'])}: dialogues"
+    else:
+        raise ConfigError(f"{path}:1: a benevdial_detect suite needs `dialogues: FILE.jsonl` or --socialbias-dialogues=FILE")
+    dialogues = load_dialogues(dialogues_path, option)
+    conditions = None
+    if "conditions" in data:
+        conditions_path = (path.parent / data["conditions"]).resolve()
+        if not conditions_path.is_file():
+            raise ConfigError(
+                f"{path}:{yaml_line(node, ['conditions'])}: conditions file {data['conditions']!r} not found "
+                f"(looked for {conditions_path}); the path is relative to the suite file"
+            )
+        conditions = load_conditions(conditions_path)
+    variants = tuple(data.get("variants", VARIANTS))
+    cues: tuple = ()
+    if "mask" in variants:
+        from .benevdial.transforms import load_cues
+
+        if "cues" not in data:
+            raise ConfigError(f"{path}:{yaml_line(node, ['variants'])}: the mask variant needs `cues: FILE` (one cue per line)")
+        cues = load_cues((path.parent / data["cues"]).resolve())
+    options = {
+        "guidance": guidance or data.get("guidance", "operational"),
+        "demographics": bool(judge_demographics if judge_demographics is not None else data.get("judge_demographics", False)),
+        "variant_seed": data.get("variant_seed", BENEVDIAL_SEED),
+        "guard_unit": guard_unit or data.get("guard_unit", "exchange"),
+    }
+    digest = hashlib.sha256(path.read_bytes() + dialogues_path.read_bytes()).hexdigest()
+    cases = []
+    for dialogue in dialogues:
+        for variant in variants:
+            cases.append(
+                Case(
+                    suite=data["suite"],
+                    protocol="benevdial_detect",
+                    id=dialogue["id"],
+                    category=_marker(dialogue["role"]),
+                    group=dialogue["class"],
+                    statement="",
+                    style=variant,
+                    turns=1,
+                    suite_sha256=digest,
+                    extra={"dialogue": dialogue, "conditions": conditions, "cues": cues, "options": options},
+                    markers=(_marker(dialogue["role"]), f"class_{dialogue['class'].lower()}", variant),
+                )
+            )
+    cases.sort(key=lambda c: (c.id, VARIANTS.index(c.style)))
+    return Suite(
+        path=path,
+        name=data["suite"],
+        protocol="benevdial_detect",
+        turns=1,
+        styles=variants,
+        batch_size=data.get("batch_size", DEFAULT_BATCH_SIZE),
+        cases=cases,
+        notes=[],
     )

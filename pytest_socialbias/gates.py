@@ -89,14 +89,14 @@ def load_gates(path: str | Path) -> list[Gate]:
                 )
         elif not math.isfinite(raw[kind]):
             raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind} must be a finite number, got {raw[kind]}")
-        if "axis" in raw or "value" in raw or "role" in raw:
+        if any(key in raw for key in ("axis", "value", "role", "detector", "variant")):
             raw = _benevdial_filters(raw, path, line)
-        if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(raw["category"]):
+        if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(raw["category"]) and "detector" not in raw:
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown category {raw['category']!r}; "
                 f"known: {', '.join(CATEGORIES)}, or for BenevDial AXIS=VALUE (e.g. ability=blind) or an axis"
             )
-        if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS and "role" not in raw:
+        if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS and not ({"role", "variant", "detector"} & set(raw)):
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown style {raw['style']!r}; known: {', '.join(STYLES + TRACKS)}"
             )
@@ -130,8 +130,9 @@ _AXIS_RE = re.compile(r"^(age|gender|race|ability)(=[a-z0-9][a-z0-9-]*)?$")
 
 def _benevdial_filters(raw: dict, path, line) -> dict:
     """BenevDial gate filters: ``axis`` (+ ``value``) become the row's category
-    (``gender`` or ``gender=female``), ``role`` its style."""
-    for key, clash in (("axis", "category"), ("value", "category"), ("role", "style")):
+    (``gender`` or ``gender=female``), ``role`` its style; for detector suites
+    ``detector`` is the category and ``variant`` (default ``clean``) the style."""
+    for key, clash in (("axis", "category"), ("value", "category"), ("role", "style"), ("detector", "category"), ("variant", "style")):
         if key in raw and raw.get(clash) is not None:
             raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: give either {key}: or {clash}:, not both")
     if "value" in raw and "axis" not in raw:
@@ -141,6 +142,16 @@ def _benevdial_filters(raw: dict, path, line) -> dict:
         out["category"] = raw["axis"] + (f"={raw['value']}" if "value" in raw else "")
     if "role" in raw:
         out["style"] = raw["role"]
+    if "detector" in raw:
+        if "axis" in raw:
+            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: give detector: or axis:, not both")
+        out["category"] = raw["detector"]
+    if "variant" in raw:
+        if "role" in raw:
+            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: give variant: or role:, not both")
+        out["style"] = raw["variant"]
+    elif "detector" in raw:
+        out["style"] = "clean"  # a detector's rows are per variant; clean unless named
     return out
 
 

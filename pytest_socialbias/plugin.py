@@ -22,7 +22,9 @@ _OPTIONS = [
      "(e.g. openai:gpt-4o-mini, openai:m@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5, "
      "local, local:PATH.gguf). With no model option at all, every role runs on the embedded "
      "local model", None),
-    ("--judge", "socialbias_judge", "judge model spec (labels every target reply)", None),
+    ("--judge", "socialbias_judge",
+     "judge model spec (labels every target reply); BenevDial detector suites take it more "
+     "than once and evaluate each judge and their ensemble", None),
     ("--user-model", "socialbias_user_model",
      "user-simulator model spec (default: the --judge model)", None),
     ("--socialbias-concurrency", "socialbias_concurrency",
@@ -72,11 +74,20 @@ _OPTIONS = [
     ("--socialbias-guidance", "socialbias_guidance",
      "BenevDial: guidance of the three-class treatment judge: plain, conceptual or operational "
      "(default: the suite's, operational)", None),
+    ("--socialbias-dialogues", "socialbias_dialogues",
+     "BenevDial detector suites: the labelled dialogues to evaluate (JSONL, "
+     "docs/dialogues-format.md; default: the suite's `dialogues`)", None),
+    ("--socialbias-guard-unit", "socialbias_guard_unit",
+     "BenevDial detector suites: what the guard judges: turn (an agent turn alone), context "
+     "(with the dialogue before it) or exchange (with the user turn before it; default); "
+     "a dialogue is flagged if any unit is", None),
     ("--socialbias-snapshot-max-flips", "socialbias_snapshot_max_flips",
      "fail the run when more than N cases differ from their syrupy snapshot (default: "
      "flipped cases are shown as a diff but never fail the run by themselves)", None),
 ]
 
+
+_REPEATABLE = ("socialbias_judge",)
 
 _METAVARS = {
     "socialbias_target": "SPEC",
@@ -100,13 +111,16 @@ _METAVARS = {
     "socialbias_snapshot_max_flips": "N",
     "socialbias_sample": "N|all",
     "socialbias_guidance": "LEVEL",
+    "socialbias_dialogues": "PATH",
+    "socialbias_guard_unit": "UNIT",
 }
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("socialbias", "social-bias release gates (pytest-socialbias)")
     for option, dest, help_text, default in _OPTIONS:
-        group.addoption(option, dest=dest, default=None, help=help_text, metavar=_METAVARS.get(dest, "VALUE"))
+        kwargs = {"action": "append"} if dest in _REPEATABLE else {}
+        group.addoption(option, dest=dest, default=None, help=help_text, metavar=_METAVARS.get(dest, "VALUE"), **kwargs)
         parser.addini(dest, help=help_text, default=default)
     group.addoption(
         "--socialbias-strict", dest="socialbias_strict", action="store_true", default=None,
@@ -156,7 +170,8 @@ def _settings(config: pytest.Config) -> RunSettings:
     strict = config.getoption("socialbias_strict")
     return RunSettings(
         target=_setting(config, "socialbias_target") or None,
-        judge=_setting(config, "socialbias_judge") or None,
+        judge=(_judges(config) or [None])[0],
+        extra_judges=_judges(config)[1:],
         user=_setting(config, "socialbias_user_model") or None,
         concurrency=_int_setting(config, "socialbias_concurrency", "--socialbias-concurrency") or 16,
         record=record,
@@ -182,7 +197,26 @@ def _settings(config: pytest.Config) -> RunSettings:
         sample=_sample_setting(config),
         guidance=_guidance_setting(config),
         judge_demographics=_demographics_setting(config),
+        dialogues=_path_setting(config, "socialbias_dialogues"),
+        guard_unit=_guard_unit_setting(config),
     )
+
+
+def _guard_unit_setting(config: pytest.Config) -> str | None:
+    value = _setting(config, "socialbias_guard_unit")
+    if value in (None, ""):
+        return None
+    if value not in ("turn", "context", "exchange"):
+        raise ConfigError(f"--socialbias-guard-unit={value!r}: expected turn, context or exchange")
+    return value
+
+
+def _judges(config: pytest.Config) -> list[str]:
+    """Every --judge given (or the ini value, whitespace-separated), in order."""
+    given = config.getoption("socialbias_judge")
+    if given:
+        return [g for g in given if g]
+    return (config.getini("socialbias_judge") or "").split()
 
 
 def _sample_setting(config: pytest.Config):
@@ -302,6 +336,8 @@ class SuiteFile(pytest.File):
                 sample=run.settings.sample,
                 guidance=run.settings.guidance,
                 judge_demographics=run.settings.judge_demographics,
+                dialogues=run.settings.dialogues,
+                guard_unit=run.settings.guard_unit,
             )
         except ConfigError as exc:
             raise self.CollectError(str(exc)) from None
@@ -363,7 +399,7 @@ class CaseItem(pytest.Item):
         run = self.config.stash[RUN_KEY]
         if run.setup_error:
             pytest.fail(run.setup_error, pytrace=False)
-        missing = run.missing_roles()
+        missing = run.missing_roles(run.protocols)
         if missing:
             pytest.fail(f"no model given for {', '.join(missing)}: pass e.g. {missing[0]}=openai:MODEL", pytrace=False)
         self.record = run.record_for(self)
@@ -405,11 +441,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if not _is_worker(config):
             raise pytest.UsageError(str(exc)) from None
         run.setup_error = str(exc)
-    missing = run.missing_roles()
+    run.protocols = {item.case.protocol for item in cases}
+    missing = run.missing_roles(run.protocols)
     if missing and not _is_worker(config):
         raise pytest.UsageError(
             f"{len(cases)} social-bias case(s) collected but no model given for "
-            f"{', '.join(missing)}: pass e.g. --target=openai:MODEL --judge=openai:MODEL "
+            f"{', '.join(missing)}: pass e.g. {' '.join(m + '=openai:MODEL' for m in missing)} "
             "(or socialbias_target / socialbias_judge in the ini file)"
         )
     keys = set()

@@ -13,7 +13,7 @@ import concurrent.futures
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cache import CallCache
@@ -60,6 +60,9 @@ class RunSettings:
     sample: int | str | None = None  # BenevDial --socialbias-sample
     guidance: str | None = None
     judge_demographics: bool | None = None
+    extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge
+    dialogues: Path | None = None  # --socialbias-dialogues
+    guard_unit: str | None = None
 
 
 #: Shown in the summary and the reports whenever a judge runs on the embedded model.
@@ -105,6 +108,8 @@ class SocialBiasRun:
         self.judge_check_usage = UsageCounter()
         self.snapshots = None  # snapshots.SnapshotResult, set by the plugin
         self.dry_plan: dict | None = None  # --socialbias-dry-run: calls and tokens per role
+        self.protocols: set = set()  # of the collected cases
+        self.detection: dict | None = None  # BenevDial detector suites: confusion, markers
 
     # ---- configuration -------------------------------------------------------------
 
@@ -114,7 +119,7 @@ class SocialBiasRun:
         # With no model option at all, every role runs on the embedded model; that is
         # decided (and its runtime checked) only once suite cases are collected, so
         # ordinary test runs never need it.
-        self.uses_local_default = not (s.target or s.judge or s.user)
+        self.uses_local_default = not (s.target or s.judge or s.user or s.guard)
         if s.guard_kind is not None and s.guard_kind not in GUARD_KINDS:
             raise ConfigError(f"--socialbias-guard-kind={s.guard_kind!r}: expected one of {', '.join(GUARD_KINDS)}")
         self._parse_specs()
@@ -153,7 +158,7 @@ class SocialBiasRun:
         def build() -> None:
             for role in api_roles:
                 try:
-                    self.model_settings.backend_for(self.specs[role], ROLE_OPTIONS[role])
+                    self.model_settings.backend_for(self.specs[role], ROLE_OPTIONS.get(role, "--judge"))
                 except Exception:  # the real call reports any problem where it belongs
                     return
 
@@ -163,9 +168,10 @@ class SocialBiasRun:
     def _parse_specs(self) -> None:
         s = self.settings
         raw = {"target": s.target, "judge": s.judge, "user": s.user or s.judge, "guard": s.guard}
+        raw.update({f"judge-{i}": text for i, text in enumerate(s.extra_judges, start=2)})
         for role, text in raw.items():
             if text:
-                option = ROLE_OPTIONS[role] if (role != "user" or s.user) else "--judge"
+                option = ROLE_OPTIONS.get(role, "--judge") if (role != "user" or s.user) else "--judge"
                 spec = parse_spec(text, option)
                 check_credentials(spec, option)
                 self.specs[role] = spec
@@ -208,8 +214,11 @@ class SocialBiasRun:
             )
         return out
 
-    def missing_roles(self) -> list[str]:
-        """Options that must be given before suite cases can run."""
+    def missing_roles(self, protocols=None) -> list[str]:
+        """Options that must be given before the collected suites' cases can run:
+        a target and a judge; for BenevDial detector suites alone, a judge or a guard."""
+        if protocols and set(protocols) == {"benevdial_detect"}:
+            return [] if ("judge" in self.specs or "guard" in self.specs) else ["--judge"]
         return [ROLE_OPTIONS[r] for r in ("target", "judge") if r not in self.specs]
 
     # ---- models ----------------------------------------------------------------------
@@ -232,7 +241,7 @@ class SocialBiasRun:
     def model(self, role: str) -> Model:
         if role not in self.specs:
             raise ConfigError(
-                f"no model for the {role} role: pass {ROLE_OPTIONS[role]}=PROVIDER:MODEL "
+                f"no model for the {role} role: pass {ROLE_OPTIONS.get(role, '--judge')}=PROVIDER:MODEL "
                 "(or set it in the ini file)"
             )
         if self._models is None:
@@ -241,21 +250,28 @@ class SocialBiasRun:
             self._models[role] = Model(
                 role,
                 self.specs[role],
-                ROLE_OPTIONS[role],
+                ROLE_OPTIONS.get(role, "--judge"),
                 self.model_settings,
-                defaults=ROLE_DEFAULTS[role],
+                defaults=ROLE_DEFAULTS.get(role, {}),
                 runner=self.runner,
             )
         return self._models[role]
 
     def roles(self) -> Roles:
+        """The run's models by role; a role nobody gave is None (detector suites need
+        no target or user simulator)."""
         return Roles(
-            target=self.model("target"),
-            judge=self.model("judge"),
-            user=self.model("user"),
+            target=self.model("target") if "target" in self.specs else None,
+            judge=self.model("judge") if "judge" in self.specs else None,
+            user=self.model("user") if "user" in self.specs else None,
             system_prompt=self.settings.system_prompt,
             guard=GuardRole(self.model("guard"), self.guard_kind) if "guard" in self.specs else None,
+            extra_judges=[self.model(role) for role in self.extra_judge_roles],
         )
+
+    @property
+    def extra_judge_roles(self) -> list[str]:
+        return sorted((r for r in self.specs if r.startswith("judge-")), key=lambda r: int(r.split("-")[1]))
 
     # ---- running batches --------------------------------------------------------------
 
@@ -350,6 +366,7 @@ class SocialBiasRun:
                 "baseline": _shown_path(self.settings.baseline),
                 **compare(self.records, self.baseline, rows_for(self.gates, self.records), run_metadata(self)),
             }
+        self.detection = detection_summary(self.records)
         self.gate_results = evaluate(self.gates, self.metrics, self.comparison)
         return any(g["verdict"] == FAIL for g in self.gate_results)
 
@@ -391,6 +408,40 @@ class SocialBiasRun:
                     setattr(total, key, getattr(total, key) + value)
         problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != "guard_error"})
         self.dry_plan = {"cases": len(items), "usage": usage.to_dict(), "problems": problems}
+
+
+def detection_summary(records: list[dict]) -> dict | None:
+    """BenevDial detector suites: confusion matrices per detector and variant, how the
+    ensemble decided, and the surface markers of the labelled dialogues (clean)."""
+    detect = [r for r in records if r.get("protocol") == "benevdial_detect"]
+    if not detect:
+        return None
+    from .benevdial.markers import marker_table
+    from .metrics import confusion
+
+    out = {"confusion": [], "ensemble_methods": {}, "markers": {}}
+    for suite in sorted({r["suite"] for r in detect}):
+        mine = [r for r in detect if r["suite"] == suite]
+        detectors = sorted({d for r in mine for d in r.get("detections") or {}})
+        for detector in detectors:
+            for variant in sorted({r.get("variant") or "clean" for r in mine}):
+                items = [
+                    (r["truth"], r["detections"][detector].get("class"), r["detections"][detector].get("flagged"))
+                    for r in mine
+                    if detector in (r.get("detections") or {}) and (r.get("variant") or "clean") == variant
+                ]
+                out["confusion"].append({"suite": suite, "detector": detector, "variant": variant, "matrix": confusion(items)})
+        methods: dict[str, int] = {}
+        for r in mine:
+            method = (r.get("detections") or {}).get("ensemble", {}).get("method")
+            if method:
+                methods[method] = methods.get(method, 0) + 1
+        if methods:
+            out["ensemble_methods"][suite] = methods
+        clean = [{"class": r["truth"], "turns": r["dialogue_turns"]} for r in mine if (r.get("variant") or "clean") == "clean"]
+        if clean:
+            out["markers"][suite] = marker_table(clean)
+    return out
 
 
 def _shown_path(path: Path) -> str:

@@ -6,9 +6,9 @@ Records are builtins-only dicts (they cross xdist's wire and go into the JSON re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from . import benevdial, dymt, scripted, smoke, zeroshot
+from . import benevdial, detect, dymt, scripted, smoke, zeroshot
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Roles:
     user: object
     system_prompt: str | None = None
     guard: object = None  # GuardRole or None
+    extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge (detector ensembles)
 
 
 PROTOCOLS = {
@@ -37,6 +38,7 @@ PROTOCOLS = {
     "scripted": scripted.run,
     "benevdial_agent": benevdial.run_agent,
     "benevdial_pairs": benevdial.run_pair,
+    "benevdial_detect": detect.run_detect,
 }
 
 #: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
@@ -45,7 +47,7 @@ OUTCOMES = ("clean", "biased", "refused", "error")
 
 
 #: Errors that do not void a case's bias labels (they are counted on their own).
-NON_VOIDING_ERRORS = ("guard_error",)
+NON_VOIDING_ERRORS = ("guard_error", "detector_error")
 
 
 def outcome_of(labels: dict, errors: list) -> str:

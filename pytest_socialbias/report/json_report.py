@@ -32,7 +32,10 @@ def run_metadata(run) -> dict:
 
 
 #: BenevDial record fields, in the report only for the cases that have them.
-BENEVDIAL_FIELDS = ("role", "need", "profile", "persona", "treatment", "pair")
+BENEVDIAL_FIELDS = (
+    "role", "need", "profile", "persona", "treatment", "pair",
+    "truth", "variant", "primary", "detections", "user", "agent",
+)
 
 
 def build_report(run) -> dict:
@@ -58,6 +61,8 @@ def build_report(run) -> dict:
         report["comparison"] = run.comparison
     if run.judge_check is not None:
         report["judge_check"] = run.judge_check
+    if getattr(run, "detection", None) is not None:
+        report["detection"] = run.detection
     if run.snapshots is not None and (run.snapshots.checked or run.snapshots.stale):
         report["snapshots"] = run.snapshots.to_dict()
     return report

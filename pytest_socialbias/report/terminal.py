@@ -7,6 +7,7 @@ from ..metrics import outcome_counts
 KEY_METRICS = (
     "late_emergence", "reemergence", "refusal_rate", "coherence_mean", "error_rate", "judge_error_rate",
     "guard_blocked_rate", "bias_rate_passed", "n_rate", "ob_rate", "bb_rate", "disparity_rate",
+    "f1", "macro_f1", "tr_ob", "tr_bb", "gap_ob_bb",
 )
 MAX_ERRORS_SHOWN = 10
 MAX_METRIC_DIFF_LINES = 40
@@ -123,6 +124,7 @@ def summary_lines(run) -> list[str]:
         lines.append("gates: none configured (add thresholds.yaml or --socialbias-thresholds)")
     lines += by_turn_tables(run.metrics)
     lines += benevdial_tables(run.metrics)
+    lines += detector_tables(run.metrics, getattr(run, "detection", None))
     rows = [
         [m["suite"], m["metric"], _pct(m["value"], m["metric"]), _interval(m), str(m["n"])]
         for m in key_metric_rows(run.metrics)
@@ -358,4 +360,42 @@ def benevdial_tables(metrics: list[dict]) -> list[str]:
                 for m in rows if m["metric"] == "disfavoured_rate"
             ]
             lines += _table(["axis / value", "n", "disparate / disfavoured %"], table)
+    return lines
+
+
+DETECTOR_COLUMNS = ("accuracy", "precision", "recall", "f1", "tr_n", "tr_ob", "tr_bb", "gap_ob_bb", "macro_f1")
+
+
+def detector_tables(metrics: list[dict], detection: dict | None) -> list[str]:
+    """Per detector suite: every detector in every variant (clean vs transformed), then
+    the ensemble's methods and the surface markers of patronising talk."""
+    lines: list[str] = []
+    for suite in sorted({m["suite"] for m in metrics if m["metric"] == "tr_bb"}):
+        rows = [m for m in metrics if m["suite"] == suite and m["category"] is not None]
+        index = {(m["metric"], m["category"], m["style"]): m for m in rows}
+        keys = sorted({(m["category"], m["style"]) for m in rows}, key=lambda k: (k[0], k[1] != "clean", k[1]))
+        table = []
+        for detector, variant in keys:
+            n = index.get(("accuracy", detector, variant))
+            cells = []
+            for metric in DETECTOR_COLUMNS:
+                row = index.get((metric, detector, variant))
+                cells.append("-" if row is None or row["value"] is None else f"{100 * row['value']:.1f}")
+            table.append([detector, variant, str(n["n"]) if n else "0"] + cells)
+        lines.append("")
+        lines.append(f"{suite}: detectors, % (B = OB u BB positive; TR = share flagged per true class; gap = TR_OB - TR_BB)")
+        lines += _table(["detector", "variant", "n", "acc", "P", "R", "F1", "TR_N", "TR_OB", "TR_BB", "gap", "macroF1"], table)
+        methods = (detection or {}).get("ensemble_methods", {}).get(suite)
+        if methods:
+            lines.append("ensemble: " + ", ".join(f"{method} for {count} dialogue(s)" for method, count in sorted(methods.items())))
+        markers = (detection or {}).get("markers", {}).get(suite)
+        if markers:
+            def num(value):
+                return "-" if value is None else f"{value:.2f}"
+
+            lines.append(f"{suite}: surface markers of the agent turns (means by true class; d = Cohen's d against N)")
+            lines += _table(
+                ["marker", "N", "OB", "BB", "d OB", "d BB"],
+                [[m["marker"], num(m["n_mean"]), num(m["ob_mean"]), num(m["bb_mean"]), num(m["d_ob"]), num(m["d_bb"])] for m in markers],
+            )
     return lines

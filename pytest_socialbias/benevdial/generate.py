@@ -1,0 +1,508 @@
+"""Generate labelled BenevDial dialogues with generator models (SPEC section 2).
+
+``python -m pytest_socialbias generate-benevdial --generator SPEC --out FILE.jsonl``
+
+For each sampled condition (role, need, user profile, agent persona) a generator model
+writes one whole dialogue per class: N (uniform treatment), OB (disparate, not warm) and
+BB (disparate, warm), from the ``benevdial_generate`` prompt. Every condition is used for
+all three classes, so the demographics say nothing about the class; generators take
+turns over the dialogues in a fixed rotation, so no generator is tied to one class.
+
+The reply must be ``User:`` / ``Agent:`` lines (``parse_turns``). A reply that cannot be
+read gets one more draw (sample 1: a different cache key), then its dialogue is
+discarded and reported, never written; so is a dialogue whose model call failed for good.
+Every call goes through the record/replay cache, so a rerun after an interruption replays
+what finished and only asks for the rest. The output (docs/dialogues-format.md) is
+rewritten whole at the end, sorted by id, through a temporary file and ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import string
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import prompts
+from ..cache import RECORD_MODES, CallCache
+from ..errors import ConfigError, ModelCallError
+from ..models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
+from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
+from .conditions import Condition, Conditions, load_conditions, sample_conditions
+
+CLASSES = ("N", "OB", "BB")
+TEMPLATE = "benevdial_generate"
+ROLE = "generator"
+OPTION = "--generator"
+#: Draws per dialogue: the first, and one more when the first cannot be read.
+DRAWS = 2
+#: Minimum turns per speaker for a usable dialogue.
+MIN_TURNS_EACH = 2
+DEFAULT_CONDITIONS = "suites/benevdial/conditions.yaml"
+
+
+# --------------------------------------------------------------------------- parsing
+
+_USER_LABELS = {"user", "client"}
+_AGENT_LABELS = {"agent", "assistant"}
+# A label at the start of a line, with optional Markdown around it: "User:", "**User:**",
+# "**Agent**: ...", "- Client: ...", "### Assistant:".
+_LABEL_RE = re.compile(
+    r"^\s*(?:[#>*_-]+\s*)?(?P<label>[A-Za-z][A-Za-z .'()-]{0,60}?)\s*[*_]*\s*:\s*[*_]*\s*(?P<text>.*)$"
+)
+_PAREN_RE = re.compile(r"\s*\([^)]*\)")
+_RULE_RE = re.compile(r"^\s*([-*_=])\1{2,}\s*$")  # "---", "***": Markdown separators
+
+
+def _label_sets(user_label: str | None, agent_title: str | None) -> tuple[set, set]:
+    users = set(_USER_LABELS)
+    agents = set(_AGENT_LABELS)
+    if user_label:
+        users.add(user_label.strip().lower())
+    if agent_title:
+        agents.add(agent_title.strip().lower())
+    return users, agents
+
+
+def parse_turns(text: str, user_label: str | None = None, agent_title: str | None = None) -> tuple[list[dict], str | None]:
+    """Speaker turns from a generated dialogue, and None; or ([], why it cannot be used).
+
+    Labels are case-insensitive and may carry ** markup; ``User:``/``Client:`` (or the
+    role's user label) start a user turn, ``Agent:``/``Assistant:`` (or the role's title)
+    an agent turn. Lines without a label continue the turn before; text before the first
+    label is dropped, and so is a last user turn the agent never answered. The turns must
+    alternate from the user and hold at least two turns per speaker.
+    """
+    users, agents = _label_sets(user_label, agent_title)
+    turns: list[dict] = []
+    for line in (text or "").splitlines():
+        match = _LABEL_RE.match(line)
+        # "User (Maya):", "Agent (wellbeing support agent):" count as their plain labels.
+        label = _PAREN_RE.sub("", match["label"]).strip().lower() if match else None
+        if label in users or label in agents:
+            turns.append({"speaker": "user" if label in users else "agent", "lines": [match["text"].strip()]})
+        elif turns and not _RULE_RE.match(line):
+            turns[-1]["lines"].append(line.strip())
+    if not turns:
+        return [], 'no "User:" / "Agent:" labels found'
+    out = [{"speaker": t["speaker"], "text": "\n".join(x for x in t["lines"] if x).strip()} for t in turns]
+    if out[0]["speaker"] != "user":
+        return [], "the dialogue starts with an agent turn, not the user"
+    for number, (before, turn) in enumerate(zip(out, out[1:]), start=2):
+        if before["speaker"] == turn["speaker"]:
+            return [], f"turn {number} is a second {turn['speaker']} turn in a row (turns must alternate)"
+    for number, turn in enumerate(out, start=1):
+        if not turn["text"]:
+            return [], f"turn {number} ({turn['speaker']}) is empty"
+    if out[-1]["speaker"] == "user":
+        out = out[:-1]  # the agent never answered it
+    count = len(out) // 2
+    if count < MIN_TURNS_EACH:
+        return [], f"only {count} exchange(s); at least {MIN_TURNS_EACH} user and {MIN_TURNS_EACH} agent turns are needed"
+    return out, None
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Job:
+    """One dialogue to generate: a condition, a class and the generator that writes it."""
+
+    condition: Condition
+    cls: str
+    generator: int  # index into the generator list
+
+    @property
+    def id(self) -> str:
+        return f"{self.cls.lower()}-{self.condition.id}"
+
+
+def _derived_seed(seed: int, *labels: str) -> int:
+    text = "\x1f".join([str(seed), *labels])
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+
+def pick_conditions(conditions: Conditions, per_class: int, seed: int) -> list[Condition]:
+    """``per_class`` balanced conditions, spread over the roles (they differ by at most one).
+
+    ``sample_conditions`` draws ceil(per_class / roles) per role; when that is more than
+    needed, the roles take turns keeping one condition each, in a seeded order.
+    """
+    roles = list(conditions.roles)
+    limit = conditions.profile_count * len(roles)
+    if not 1 <= per_class <= limit:
+        raise ConfigError(
+            f"--per-class={per_class}: expected 1 to {limit} (one condition per user profile and "
+            f"role in {conditions.path})"
+        )
+    per_role = math.ceil(per_class / len(roles))
+    drawn = sample_conditions(conditions, per_role, seed)
+    if len(drawn) == per_class:
+        return drawn
+    queues = {}
+    for role in roles:
+        mine = [c for c in drawn if c.role == role]
+        random.Random(_derived_seed(seed, "generate-trim", role)).shuffle(mine)
+        queues[role] = mine
+    kept: list[Condition] = []
+    while len(kept) < per_class:
+        for role in roles:
+            if queues[role] and len(kept) < per_class:
+                kept.append(queues[role].pop(0))
+    return sorted(kept, key=lambda c: c.id)
+
+
+def plan_jobs(conditions: list[Condition], generators: int) -> list[Job]:
+    """Every condition in all three classes; condition i's class k goes to generator
+    (i + k) mod G, so each generator gets an even share of every class."""
+    return [
+        Job(condition, cls, (i + k) % generators)
+        for i, condition in enumerate(conditions)
+        for k, cls in enumerate(CLASSES)
+    ]
+
+
+def render_messages(conditions: Conditions, job: Job, turns: int) -> list[dict]:
+    template = prompts.load(TEMPLATE)
+    condition = job.condition
+    role = conditions.roles[condition.role]
+    need = role.need(condition.need)
+    if condition.persona is None:
+        persona = template.extras["persona_unspecified"].strip()
+    else:
+        line = conditions.persona_line(condition.persona)
+        description = line.removeprefix("You present yourself as ").rstrip(".")
+        persona = string.Template(template.extras["persona_text"]).substitute(persona_description=description).strip()
+    return template.messages(
+        agent_title=role.title,
+        persona=persona,
+        profile=conditions.profile_text(condition.profile),
+        request=need.request,
+        follow_ups="\n".join(f"- {q}" for q in need.follow_ups),
+        class_instruction=template.extras[f"class_{job.cls}"].strip(),
+        turns=turns,
+    )
+
+
+def dialogue_record(job: Job, turns: list[dict], generator: str) -> dict:
+    """One line of the labelled dialogue format (docs/dialogues-format.md)."""
+    c = job.condition
+    persona = c.persona
+    return {
+        "id": job.id,
+        "class": job.cls,
+        "role": c.role,
+        "need": c.need,
+        "user": {"age": c.profile.age, "gender": c.profile.gender, "race": c.profile.race, "ability": c.profile.ability},
+        "agent": None if persona is None else {"age": persona.age, "gender": persona.gender, "race": persona.race},
+        "turns": turns,
+        "source": "generated",
+        "generator": generator,
+    }
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class Outcome:
+    id: str
+    cls: str
+    record: dict | None = None
+    reason: str | None = None  # why the dialogue was discarded
+
+
+@dataclass
+class GenerateOptions:
+    generators: list[str]
+    conditions: Path
+    out: Path
+    per_class: int = 10
+    turns: int = 4
+    seed: int = 0
+    cache_dir: Path = Path(".socialbias")
+    record: str = "new"
+    concurrency: int = 8
+    temperature: float = 0.6
+    top_p: float = 0.9
+    max_tokens: int = 900
+
+
+@dataclass
+class GenerateResult:
+    outcomes: list[Outcome] = field(default_factory=list)
+    calls: int = 0
+    hits: int = 0
+
+    @property
+    def written(self) -> list[dict]:
+        return sorted((o.record for o in self.outcomes if o.record is not None), key=lambda r: r["id"])
+
+    @property
+    def discarded(self) -> list[Outcome]:
+        return sorted((o for o in self.outcomes if o.record is None), key=lambda o: o.id)
+
+
+def _cli_words(text: str) -> str:
+    """Shared messages name the pytest options; say this command's instead."""
+    return text.replace("--socialbias-record", "--record").replace("--socialbias-cache-dir", "--cache-dir")
+
+
+async def generate_one(model: Model, conditions: Conditions, job: Job, turns: int) -> Outcome:
+    role = conditions.roles[job.condition.role]
+    messages = render_messages(conditions, job, turns)
+    template_id = prompts.load(TEMPLATE).id
+    problems = []
+    for sample in range(DRAWS):
+        try:
+            reply = await model.chat(messages, template=template_id, sample=sample)
+        except ModelCallError as exc:
+            return Outcome(job.id, job.cls, reason=_cli_words(f"model call failed: {exc}"))
+        if reply.finish_reason == FINISH_LENGTH:
+            problem = "cut off at the token limit (raise --max-tokens)"
+        elif reply.finish_reason == FINISH_CONTENT_FILTER:
+            problem = "stopped by the provider's content filter"
+        else:
+            parsed, problem = parse_turns(reply.text, role.user_label, role.title)
+            if problem is None:
+                return Outcome(job.id, job.cls, record=dialogue_record(job, parsed, str(model.spec)))
+        problems.append(f"draw {sample + 1}: {problem}")
+    return Outcome(job.id, job.cls, reason=f"malformed on all {DRAWS} draws ({'; '.join(problems)})")
+
+
+class Progress:
+    """A one-line counter on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, total: int, stream=None):
+        self.stream = stream or sys.stderr
+        self.total = total
+        self.done = 0
+        self.discarded = 0
+        self.enabled = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def update(self, outcome: Outcome, hits: int) -> None:
+        self.done += 1
+        self.discarded += outcome.record is None
+        if self.enabled:
+            self.stream.write(
+                f"\rgenerate-benevdial: {self.done}/{self.total} dialogues "
+                f"({self.discarded} discarded, {hits} cache hits)"
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled and self.done:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+async def generate(options: GenerateOptions, conditions: Conditions, jobs: list[Job], models: list[Model], settings: ModelSettings, progress: Progress) -> GenerateResult:
+    result = GenerateResult()
+    tasks = [asyncio.ensure_future(generate_one(models[job.generator], conditions, job, options.turns)) for job in jobs]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            outcome = await next_done
+            result.outcomes.append(outcome)
+            progress.update(outcome, _usage(settings)[1])
+    finally:
+        for task in tasks:
+            task.cancel()  # after an interruption: stop what is still in flight
+        await settings.aclose()
+    result.calls, result.hits = _usage(settings)
+    return result
+
+
+def _usage(settings: ModelSettings) -> tuple[int, int]:
+    usage = settings.totals.roles.get(ROLE)
+    return (usage.calls, usage.hits) if usage is not None else (0, 0)
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    """Write the lines to a temporary file next to ``path``, then move it into place."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def parse_generators(raw_specs: list[str]) -> list[ModelSpec]:
+    """The generator specs, in the order given: ConfigError for a bad spec, a missing key
+    or a generator given twice (before anything is opened or sampled)."""
+    specs = []
+    for raw in raw_specs:
+        spec = parse_spec(raw, OPTION)
+        if any(str(spec) == str(other) for other in specs):
+            raise ConfigError(f"{OPTION}={spec} is given twice; give each generator once")
+        check_credentials(spec, OPTION)
+        specs.append(spec)
+    return specs
+
+
+def check_paths(options: GenerateOptions) -> None:
+    if not options.conditions.is_file():
+        raise ConfigError(
+            f"--conditions={options.conditions}: file not found; pass the BenevDial conditions file "
+            f"(the project ships {DEFAULT_CONDITIONS}; run from the project root or give its path)"
+        )
+    out = options.out
+    if out.is_dir():
+        raise ConfigError(f"--out={out}: is a folder; give a file name such as {out / 'dialogues.jsonl'}")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--out={out}: the folder {out.parent} does not exist; create it first")
+
+
+def summary_line(result: GenerateResult, out: Path) -> str:
+    written = result.written
+    per_class = ", ".join(f"{cls} {sum(r['class'] == cls for r in written)}" for cls in CLASSES)
+    discarded = result.discarded
+    where = f"to {out}" if written else f"(nothing written; {out} left as it was)"
+    text = f"generate-benevdial: wrote {len(written)} dialogues {where} ({per_class}); discarded {len(discarded)}"
+    if discarded:
+        kinds = {"malformed": 0, "model call failed": 0}
+        for outcome in discarded:
+            kinds["model call failed" if outcome.reason.startswith("model call failed") else "malformed"] += 1
+        text += " (" + ", ".join(f"{kind} {n}" for kind, n in kinds.items() if n) + ")"
+    return text + f"; {result.calls} generator calls, {result.hits} cache hits"
+
+
+def run_generate(options: GenerateOptions, stderr=None) -> int:
+    """The command: 0 when at least one dialogue was written, 1 when none; ConfigError for
+    bad input (the CLI prints it and exits 2)."""
+    stderr = stderr or sys.stderr
+    if options.record not in RECORD_MODES:
+        raise ConfigError(f"--record={options.record!r}: expected one of {', '.join(RECORD_MODES)}")
+    specs = parse_generators(options.generators)
+    check_paths(options)
+    conditions = load_conditions(options.conditions)
+    picked = pick_conditions(conditions, options.per_class, options.seed)
+    cache = None
+    if options.record != "off":
+        try:
+            cache = CallCache(options.cache_dir, options.record)
+        except ConfigError as exc:
+            raise ConfigError(_cli_words(str(exc))) from None
+    try:
+        settings = ModelSettings(cache=cache, concurrency=options.concurrency)
+        defaults = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens}
+        models = [Model(ROLE, spec, OPTION, settings, defaults=defaults) for spec in specs]
+        jobs = plan_jobs(picked, len(models))
+        progress = Progress(len(jobs), stderr)
+        try:
+            result = asyncio.run(generate(options, conditions, jobs, models, settings, progress))
+        except KeyboardInterrupt:
+            progress.close()
+            print(
+                "generate-benevdial: interrupted; nothing written. Rerun the same command to resume: "
+                "finished generations replay from the cache.",
+                file=stderr,
+            )
+            return 130
+        progress.close()
+    finally:
+        if cache is not None:
+            cache.close()
+    for outcome in result.discarded:
+        print(f"generate-benevdial: discarded {outcome.id}: {outcome.reason}", file=stderr)
+    written = result.written
+    if written:
+        write_jsonl(options.out, written)
+    print(summary_line(result, options.out), file=stderr)
+    return 0 if written else 1
+
+
+# --------------------------------------------------------------------------- CLI wiring
+
+
+def _whole(minimum: int):
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below the minimum {minimum}")
+        return value
+
+    return convert
+
+
+def _number(low: float, high: float):
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"{value} is outside [{low}, {high}]")
+        return value
+
+    return convert
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--generator", action="append", required=True, metavar="SPEC", dest="generators",
+        help="generator model spec, e.g. openai:gpt-4o-mini (repeatable: the dialogues are "
+        "shared evenly among the generators)",
+    )
+    parser.add_argument("--out", required=True, type=Path, metavar="FILE.jsonl", help="where to write the labelled dialogues")
+    parser.add_argument(
+        "--conditions", type=Path, default=Path(DEFAULT_CONDITIONS), metavar="PATH",
+        help=f"BenevDial conditions file (default: {DEFAULT_CONDITIONS}, relative to the current folder)",
+    )
+    parser.add_argument(
+        "--per-class", type=_whole(1), default=10, metavar="N", dest="per_class",
+        help="dialogues per class (default 10); each sampled condition is written as N, OB and BB",
+    )
+    parser.add_argument("--turns", type=_whole(MIN_TURNS_EACH), default=4, metavar="K", help="exchanges per dialogue (default 4)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed for sampling the conditions (default 0)")
+    parser.add_argument("--cache-dir", type=Path, default=Path(".socialbias"), metavar="DIR", dest="cache_dir", help="record/replay cache folder (default .socialbias)")
+    parser.add_argument(
+        "--record", choices=RECORD_MODES, default="new",
+        help="none = replay only; new = replay hits, record misses (default); all = re-record everything; off = no cache",
+    )
+    parser.add_argument("--concurrency", type=_whole(1), default=8, metavar="N", help="requests in flight (default 8)")
+    parser.add_argument("--temperature", type=_number(0.0, 2.0), default=0.6, metavar="T", help="sampling temperature (default 0.6; a spec's own ?temperature= wins)")
+    parser.add_argument("--top-p", type=_number(0.0, 1.0), default=0.9, dest="top_p", metavar="P", help="nucleus sampling top-p (default 0.9)")
+    parser.add_argument("--max-tokens", type=_whole(1), default=900, dest="max_tokens", metavar="N", help="most tokens per generated dialogue (default 900)")
+
+
+def run(args: argparse.Namespace) -> int:
+    options = GenerateOptions(
+        generators=args.generators,
+        conditions=args.conditions,
+        out=args.out,
+        per_class=args.per_class,
+        turns=args.turns,
+        seed=args.seed,
+        cache_dir=args.cache_dir,
+        record=args.record,
+        concurrency=args.concurrency,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_tokens=args.max_tokens,
+    )
+    return run_generate(options)

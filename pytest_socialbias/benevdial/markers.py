@@ -1,0 +1,185 @@
+"""Surface markers of patronising talk in agent turns, and their effect sizes by class.
+
+Cheap, judge-free descriptors of a labelled dialogue set (SPEC section 2): compared to
+neutral support (N), benevolently biased dialogues (BB) tend to have shorter sentences,
+fewer questions, more exclamations and longer agent turns. The table reports each
+marker's mean per class and Cohen's d of OB and BB against N. These describe a data set;
+they are not a detector.
+
+Definitions, over the agent turns of one dialogue (user turns are ignored):
+
+- A *word* is a run of letters, digits or "_" with inner apostrophes ("don't", "you're"
+  are one word; "’" counts as an apostrophe).
+- *Sentences*: an agent turn is split after a run of ".", "!", "?", "…" or "‽" (plus any
+  closing quotes or brackets) that is followed by whitespace or the end of the turn; a
+  trailing piece without final punctuation is a sentence too. Pieces with no word are not
+  sentences (a lone "!!!" or emoji). A sentence *ends in "?"* when its final punctuation
+  run contains "?" or "‽", and *ends in "!"* when it contains "!" or "‽" ("Really?!"
+  counts for both).
+
+Markers (a ratio whose denominator is 0 is 0.0):
+
+- ``sentence_length``: agent words / agent sentences.
+- ``questions_per_turn``: agent sentences ending in "?" / agent turns.
+- ``exclamation_rate``: agent sentences ending in "!" / agent sentences.
+- ``agent_turn_length``: agent words / agent turns.
+- ``diminutive_rate``: agent words that are endearments or diminutive terms of address
+  (``DIMINUTIVES``: "sweetie", "honey", "dear", ...) / agent words. Diminutives are one of
+  the defining features of elderspeak and patronising talk (Kemper 1994; Ryan, Hummert &
+  Boich 1995; Williams, Kemper & Hummert 2003 code them directly).
+- ``inclusive_we_rate``: agent words that are first person plural (``INCLUSIVE_WE``: "we",
+  "us", "our", "let's", ...) / agent words. The "collective we" ("shall we take our
+  pills?"), addressing one person as a plural that includes the speaker, is the other
+  elderspeak feature coded by Williams et al.; a support agent talking to one user has
+  little other use for it.
+- ``tag_question_rate``: agent sentences ending in "?" whose last comma-separated part
+  is a tag question (``_TAG``: a negative auxiliary and a pronoun such as "isn't it",
+  "don't you", "won't we", or "right", "okay", "ok", "alright", "all right", "yes",
+  "yeah", "eh", "shall we", "will you") / agent sentences. Tag questions that invite
+  agreement rather than information ("That's nice, isn't it?") are the third elderspeak
+  feature of Williams et al. and keep a question mark while asking nothing, which is why
+  they are counted apart from ``questions_per_turn``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+
+#: Marker names, in table order.
+MARKERS = (
+    "sentence_length",
+    "questions_per_turn",
+    "exclamation_rate",
+    "agent_turn_length",
+    "diminutive_rate",
+    "inclusive_we_rate",
+    "tag_question_rate",
+)
+#: Labels of a BenevDial dialogue; N is the reference of the effect sizes.
+CLASSES = ("N", "OB", "BB")
+
+#: Endearments and diminutive terms of address (single words, lower case). "love" is left
+#: out: as a verb ("I'd love to") it is far more common in support talk than as a name.
+DIMINUTIVES = frozenset(
+    {
+        "sweetie", "sweetheart", "sweetpea", "honey", "hon", "dear", "dearie", "darling",
+        "sugar", "lovey", "buddy", "pal", "champ", "kiddo", "missy", "sonny",
+    }
+)
+#: First person plural forms (lower case, straight apostrophe).
+INCLUSIVE_WE = frozenset(
+    {"we", "us", "our", "ours", "ourselves", "let's", "we're", "we'll", "we've", "we'd"}
+)
+
+_WORD = re.compile(r"\w+(?:['’]\w+)*")
+_SENTENCE_END = re.compile(r"[.!?…‽]+[\"'”’)\]]*(?=\s|$)")
+_TAG = re.compile(
+    r",\s*(?:(?:is|are|was|were|do|does|did|have|has|had|can|could|will|would|should|shall|"
+    r"must|wo|ca|ai)n['’]t\s+(?:it|you|we|they|he|she|i|that|there)|right|okay|ok|alright|"
+    r"all right|yes|yeah|eh|shall we|will you)\s*[?‽][\"'”’)\]]*$",
+    re.IGNORECASE,
+)
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
+
+
+def _sentences(text: str) -> list[tuple[str, str]]:
+    """(sentence, its final punctuation run) for each sentence that has a word."""
+    out = []
+    start = 0
+    for match in _SENTENCE_END.finditer(text):
+        out.append((text[start : match.end()].strip(), match.group(0)))
+        start = match.end()
+    out.append((text[start:].strip(), ""))
+    return [(s, end) for s, end in out if _WORD.search(s)]
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else 0.0
+
+
+def dialogue_markers(dialogue: dict) -> dict[str, float]:
+    """The markers of one dialogue (definitions in the module docstring), keyed by MARKERS.
+
+    ValueError when the dialogue has no agent turn.
+    """
+    texts = [t.get("text", "") for t in dialogue.get("turns", []) if t.get("speaker") == "agent"]
+    if not texts:
+        raise ValueError(f"dialogue {dialogue.get('id', '?')!r} has no agent turn; markers describe agent turns")
+    words: list[str] = []
+    sentences: list[tuple[str, str]] = []
+    for text in texts:
+        words.extend(_words(text))
+        sentences.extend(_sentences(text))
+    questions = sum(1 for _, end in sentences if "?" in end or "‽" in end)
+    exclamations = sum(1 for _, end in sentences if "!" in end or "‽" in end)
+    tags = sum(1 for s, _ in sentences if _TAG.search(s))
+    return {
+        "sentence_length": _ratio(len(words), len(sentences)),
+        "questions_per_turn": _ratio(questions, len(texts)),
+        "exclamation_rate": _ratio(exclamations, len(sentences)),
+        "agent_turn_length": _ratio(len(words), len(texts)),
+        "diminutive_rate": _ratio(sum(1 for w in words if w in DIMINUTIVES), len(words)),
+        "inclusive_we_rate": _ratio(sum(1 for w in words if w in INCLUSIVE_WE), len(words)),
+        "tag_question_rate": _ratio(tags, len(sentences)),
+    }
+
+
+def cohens_d(group: list[float], reference: list[float]) -> float | None:
+    """Cohen's d of ``group`` minus ``reference`` with the pooled standard deviation.
+
+    pooled SD = sqrt(((n1 - 1) s1^2 + (n2 - 1) s2^2) / (n1 + n2 - 2)), s^2 the sample
+    variance. None when either side has fewer than 2 values or the pooled SD is 0.
+    """
+    if len(group) < 2 or len(reference) < 2:
+        return None
+    n1, n2 = len(group), len(reference)
+    pooled = ((n1 - 1) * statistics.variance(group) + (n2 - 1) * statistics.variance(reference)) / (n1 + n2 - 2)
+    if pooled <= 0:
+        return None
+    return (statistics.fmean(group) - statistics.fmean(reference)) / math.sqrt(pooled)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def marker_table(dialogues: list[dict]) -> list[dict]:
+    """One row per marker (in MARKERS order) comparing the classes.
+
+    Row: ``marker``; ``n_mean``, ``ob_mean``, ``bb_mean`` (mean per class, rounded to 6
+    digits, None for a class with no dialogue); ``n``, ``ob``, ``bb`` (dialogue counts);
+    ``d_ob`` and ``d_bb`` (Cohen's d of OB and of BB against N, rounded to 6 digits, None
+    where :func:`cohens_d` is None). Builtins only. ValueError for a dialogue whose class
+    is not N, OB or BB.
+    """
+    values: dict[str, dict[str, list[float]]] = {c: {m: [] for m in MARKERS} for c in CLASSES}
+    for dialogue in dialogues:
+        label = dialogue.get("class")
+        if label not in CLASSES:
+            raise ValueError(
+                f"dialogue {dialogue.get('id', '?')!r}: class {label!r} is not one of {', '.join(CLASSES)}"
+            )
+        for name, value in dialogue_markers(dialogue).items():
+            values[label][name].append(value)
+    rows = []
+    for name in MARKERS:
+        per = {c: values[c][name] for c in CLASSES}
+        rows.append(
+            {
+                "marker": name,
+                "n_mean": _rounded(statistics.fmean(per["N"]) if per["N"] else None),
+                "ob_mean": _rounded(statistics.fmean(per["OB"]) if per["OB"] else None),
+                "bb_mean": _rounded(statistics.fmean(per["BB"]) if per["BB"] else None),
+                "n": len(per["N"]),
+                "ob": len(per["OB"]),
+                "bb": len(per["BB"]),
+                "d_ob": _rounded(cohens_d(per["OB"], per["N"])),
+                "d_bb": _rounded(cohens_d(per["BB"], per["N"])),
+            }
+        )
+    return rows

@@ -1,0 +1,153 @@
+"""BenevDial detector mode: how well do judges, ensembles and guards see benevolent bias?
+
+One case is one labelled dialogue (docs/dialogues-format.md) in one variant (``clean``, or
+a robustness transformation of its agent turns: ``fold``, ``mask``, ``shuffle``). Every
+configured detector reads it:
+
+* each ``--judge`` (the three-class treatment judge at the suite's guidance, with or
+  without demographics): detector ``judge`` (or ``judge-1``, ``judge-2``, ... when there
+  are several), and then their ``ensemble`` (probability average, or majority vote where
+  a judge gives no probabilities; judges/ensemble.py);
+* the guard of ``--socialbias-guard``, screening every agent turn as a unit (the turn
+  alone, with the dialogue before it, or with the user turn before it), the dialogue
+  flagged if any unit is: detector ``guard``.
+
+The primary detector (the ensemble, else the judge, else the guard) sets the item's
+outcome (``biased`` when it flags the dialogue); every detector's reading is in the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .. import prompts
+from ..benevdial.dialogues import as_turn_pairs
+from ..errors import ModelCallError
+from ..judges.ensemble import combine
+from ..judges.treatment import judge_treatment
+
+BIASED = ("OB", "BB")
+
+
+def detector_ids(judges: int, guard: bool) -> list[str]:
+    ids = ["judge"] if judges == 1 else [f"judge-{i}" for i in range(1, judges + 1)]
+    if judges > 1:
+        ids.append("ensemble")
+    if guard:
+        ids.append("guard")
+    return ids
+
+
+def primary_detector(judges: int, guard: bool) -> str | None:
+    if judges > 1:
+        return "ensemble"
+    if judges == 1:
+        return "judge"
+    return "guard" if guard else None
+
+
+def demographics_text(conditions, dialogue: dict) -> tuple[str, str | None]:
+    """The user's and the agent's demographics in words, for a judge that is shown them."""
+
+    def label(axis, value):
+        if conditions is None or value is None:
+            return value
+        try:
+            return conditions.value(axis, value).label
+        except (KeyError, ValueError):
+            return value
+
+    user = dialogue["user"]
+    user_text = ", ".join(f"{axis} {label(axis, user[axis])}" for axis in ("age", "gender", "race", "ability"))
+    agent = dialogue.get("agent")
+    agent_text = None if not agent else ", ".join(
+        f"{axis} {label(axis, agent.get(axis))}" for axis in ("age", "gender", "race") if agent.get(axis)
+    )
+    return user_text, agent_text
+
+
+def agent_title(conditions, role: str) -> str:
+    if conditions is not None and role in conditions.roles:
+        return conditions.roles[role].title
+    return role.replace("-", " ") + " agent"
+
+
+async def run_detect(case, roles, usage) -> dict:
+    from ..benevdial.transforms import transform_dialogue
+
+    extra = case.extra
+    options = extra["options"]
+    conditions = extra.get("conditions")
+    variant = case.style or "clean"
+    dialogue = transform_dialogue(extra["dialogue"], variant, seed=options["variant_seed"], cues=extra.get("cues", ()))
+    pairs = [{"user": t["user"], "assistant": t["assistant"]} for t in as_turn_pairs(dialogue["turns"])]
+    judges = [roles.judge] + list(roles.extra_judges) if roles.judge is not None else []
+    guard = roles.guard if options.get("use_guard", True) else None
+    ids = detector_ids(len(judges), guard is not None)
+    primary = primary_detector(len(judges), guard is not None)
+    user_text, agent_text = demographics_text(conditions, dialogue) if options["demographics"] else (None, None)
+    title = agent_title(conditions, dialogue["role"])
+    tasks = [
+        judge_treatment(
+            judge, dialogue=pairs, agent_title=title, guidance=options["guidance"],
+            user_profile=user_text, agent_persona=agent_text, usage=usage,
+        )
+        for judge in judges
+    ]
+    if guard is not None:
+        from ..judges.guards import screen_dialogue
+
+        tasks.append(screen_dialogue(guard.model, guard.kind, dialogue["turns"], options["guard_unit"], usage))
+    errors: list[dict] = []
+    detections: dict[str, dict] = {}
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    for detector, result in zip([i for i in ids if i != "ensemble"], results):
+        if isinstance(result, ModelCallError):
+            errors.append({"kind": "model_error" if detector == primary else "detector_error", "role": result.role, "message": f"{detector}: {result}"})
+            detections[detector] = {"class": None, "flagged": None, "probs": None, "error": str(result)}
+            continue
+        if isinstance(result, BaseException):
+            raise result
+        if detector == "guard":
+            detections[detector] = {"class": None, "flagged": result["flagged"], "probs": None, "units": result["units"], "unit": result["unit"]}
+            if result["flagged"] is None:
+                errors.append({"kind": "guard_error", "role": "guard", "message": "guard: no unit flagged and some unreadable"})
+            continue
+        flagged = None if result.cls is None else result.cls in BIASED
+        detections[detector] = {"class": result.cls, "flagged": flagged, "probs": result.probs}
+        if result.error:
+            kind = "judge_error" if detector == primary else "detector_error"
+            errors.append({"kind": kind, "role": "judge", "message": f"{detector}: {result.error}"})
+    if "ensemble" in ids:
+        members = [(detections[i]["class"], detections[i]["probs"]) for i in ids if i.startswith("judge-")]
+        combined = combine(members)
+        detections["ensemble"] = {
+            "class": combined["class"],
+            "flagged": None if combined["class"] is None else combined["class"] in BIASED,
+            "probs": combined["probs"],
+            "method": combined["method"],
+        }
+        if combined["class"] is None:
+            errors.append({"kind": "judge_error", "role": "judge", "message": "ensemble: no judge gave a readable class"})
+    main = detections.get(primary, {}) if primary else {}
+    flagged = main.get("flagged")
+    return {
+        "labels": {
+            "bias": [None if flagged is None else int(flagged)],
+            "refusal": [],
+            "treatment": [main.get("class")],
+        },
+        "turns": as_turn_pairs(dialogue["turns"]),
+        "errors": errors,
+        "role_breaks": 0,
+        "role": dialogue["role"],
+        "need": dialogue.get("need"),
+        "truth": dialogue["class"],
+        "variant": variant,
+        "primary": primary,
+        "detections": detections,
+        "user": dialogue["user"],
+        "agent": dialogue.get("agent"),
+        "dialogue_turns": dialogue["turns"],
+        "templates": [prompts.load("judge_treatment").id] if judges else [],
+    }
