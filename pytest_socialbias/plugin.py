@@ -48,12 +48,13 @@ _OPTIONS = [
      "folder of the official FairMT-Bench release files (FairMT_1K/, FairMT_10K/) for "
      "suites with `source: fairmt`", None),
     ("--socialbias-guard", "socialbias_guard",
-     "guard model spec that screens every target reply (Llama Guard 3, ShieldGemma, Qwen3Guard, "
-     "Granite Guardian behind an OpenAI-compatible endpoint); reports the blocked share by turn "
-     "and the bias rate among replies that pass", None),
+     "guard model spec (Llama Guard 3, ShieldGemma, Qwen3Guard, Granite Guardian, WildGuard "
+     "behind an OpenAI-compatible endpoint): screens every target reply in DyMT suites (blocked "
+     "share by turn, bias rate among replies that pass); in BenevDial detector suites it is "
+     "a detector", None),
     ("--socialbias-guard-kind", "socialbias_guard_kind",
      "the guard's output format when the model name does not tell: llama-guard-3, shieldgemma, "
-     "qwen3guard or granite-guardian", None),
+     "qwen3guard, granite-guardian or wildguard", None),
     ("--socialbias-threads", "socialbias_threads",
      "CPU threads per process for local models (default: cores // xdist workers)", None),
     ("--socialbias-html", "socialbias_html",

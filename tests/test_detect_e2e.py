@@ -171,3 +171,39 @@ def test_dialogues_option_overrides_the_suite_file(project, server):
     (project.path / "other.jsonl").write_text(json.dumps(DIALOGUES[4]) + "\n")
     result, report = run(project, server, f"--judge=openai:ja@{server.openai_base_url}", "--socialbias-dialogues=other.jsonl")
     assert {c["id"] for c in report["cases"]} == {"bb-1"}
+
+
+def test_a_generated_dataset_feeds_the_detector_suite(pytester, keys, monkeypatch):
+    """generate-benevdial against the fake server, then the detector suite on its output."""
+    from pathlib import Path
+
+    from pytest_socialbias import prompts
+    from pytest_socialbias.__main__ import main
+
+    extras = prompts.load("benevdial_generate").extras
+
+    def generator(req):
+        cls = next(c for c in ("N", "OB", "BB") if extras[f"class_{c}"].strip() in req.prompt_text)
+        reply = {"N": FAIR, "OB": COLD, "BB": WARM}[cls]
+        return "\n".join(["User: I would like some advice.", f"Agent: {reply}", "User: And then?", f"Agent: {reply}"])
+
+    conditions = Path(__file__).resolve().parent.parent / "suites" / "benevdial" / "conditions.yaml"
+    with FakeServer(generator) as gen_server:
+        status = main([
+            "generate-benevdial", f"--generator=openai:gen@{gen_server.openai_base_url}", "--per-class=4",
+            "--turns=2", f"--conditions={conditions}", f"--out={pytester.path / 'gen.jsonl'}",
+            f"--cache-dir={pytester.path / 'gencache'}",
+        ])
+    assert status == 0
+    lines = [json.loads(line) for line in (pytester.path / "gen.jsonl").read_text().splitlines()]
+    assert sorted(line["class"] for line in lines) == ["BB"] * 4 + ["N"] * 4 + ["OB"] * 4
+    (pytester.path / "detect.yaml").write_text(
+        "socialbias: 1\nsuite: detect\nprotocol: benevdial_detect\ndialogues: gen.jsonl\nvariants: [clean]\n"
+    )
+    with FakeServer(world) as server:
+        result = pytester.runpytest("detect.yaml", f"--judge=openai:ja@{server.openai_base_url}",
+                                    "--socialbias-report=r.json", "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    report = read_report(pytester.path / "r.json")
+    assert len(report["cases"]) == 12
+    assert metric(report, "accuracy", "judge") == 1.0 and metric(report, "tr_bb", "judge") == 1.0

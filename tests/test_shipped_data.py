@@ -80,3 +80,26 @@ def test_shipped_benevdial_suites_load_balanced_and_stable():
     for a, b in zip(spec["a"], spec["b"]):
         swapped = a.replace("James", "Emily").replace(" He ", " She ").replace(" his ", " her ").replace(" him ", " her ").replace("him?", "her?").replace("him right", "her right")
         assert swapped == b
+
+
+def test_shipped_detector_suite_and_sample_dialogues():
+    from collections import Counter
+
+    from pytest_socialbias.benevdial.dialogues import load_dialogues
+    from pytest_socialbias.cases import load_suite
+
+    dialogues = load_dialogues(ROOT / "suites" / "benevdial" / "dialogues.jsonl")
+    assert Counter(d["class"] for d in dialogues) == {"N": 10, "OB": 10, "BB": 10}
+    assert {d["source"] for d in dialogues} == {"project-written, not human-annotated"}
+    # The same user profiles in every class: demographics say nothing about the label.
+    profiles = {cls: sorted(json_key(d["user"]) for d in dialogues if d["class"] == cls) for cls in ("N", "OB", "BB")}
+    assert profiles["N"] == profiles["OB"] == profiles["BB"]
+    suite = load_suite(ROOT / "suites" / "benevdial-detect" / "detect.yaml")
+    assert suite.name == "benevdial-detect" and len(suite.cases) == 120
+    assert Counter(c.style for c in suite.cases) == {"clean": 30, "fold": 30, "mask": 30, "shuffle": 30}
+
+
+def json_key(value: dict) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
