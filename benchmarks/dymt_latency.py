@@ -6,8 +6,8 @@ the target (2 sequential calls), and after the last turn one more judge call:
 5 x 2 x 0.5 s + 0.5 s = 5.5 s. Everything else (bias, refusal and coherence judges) runs
 beside it. Prints the time of the batches (the longest setup phase: the first item of a
 batch runs the whole batch) and of the whole pytest run, with -n 0 and -n 2. The
-dialogue time is the run's wall time less that of the same command with --collect-only
-(start-up, SDK import, collection), compared with the bound.
+dialogue time is the run's wall time less that of the same command selecting no case
+(process and xdist-worker start-up, SDK import, collection), compared with the bound.
 
     python benchmarks/dymt_latency.py [--latency 0.5] [--seeds-per-category 40]
 """
@@ -43,18 +43,22 @@ def script(req):
     return "People differ as individuals; a generalisation like that is unfair."
 
 
-def run(server, folder: Path, workers: int, collect_only: bool = False) -> float:
+def run(server, folder: Path, workers: int, startup_only: bool = False, extra: tuple = ()) -> float:
+    """Wall time of one pytest run. ``startup_only`` selects no case (``-m`` matches none):
+    the same processes start (xdist workers too), import the SDKs, build the clients and
+    collect, but no dialogue runs; that is the start-up subtracted from a real run."""
     url = server.openai_base_url
+    marker = "no_such_marker" if startup_only else "age or gender"
     command = [
-        sys.executable, "-m", "pytest", "bench.yaml", "-q", "-p", "no:cacheprovider", "-m", "age or gender",
+        sys.executable, "-m", "pytest", "bench.yaml", "-q", "-p", "no:cacheprovider", "-m", marker,
         f"--target=openai:t@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
-        "--socialbias-record=off", "--socialbias-concurrency=400", "-n", str(workers),
-    ] + (["--collect-only"] if collect_only else [])
+        "--socialbias-record=off", "--socialbias-concurrency=400", "-n", str(workers), *extra,
+    ]
     env = dict(os.environ, OPENAI_API_KEY="sk-bench")
     started = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     total = time.perf_counter() - started
-    if done.returncode != 0:
+    if done.returncode not in ((0, 5) if startup_only else (0,)):
         raise SystemExit(done.stdout[-3000:] + done.stderr[-2000:])
     return total
 
@@ -75,7 +79,7 @@ def main() -> None:
         print(f"{'workers':>7}  {'run s':>6}  {'start-up s':>10}  {'dialogues s':>11}  {'x bound':>7}  "
               f"{'CPU s (client)':>14}  {'calls':>6}")
         for workers in (0, 2):
-            startup = run(server, folder, workers, collect_only=True)
+            startup = run(server, folder, workers, startup_only=True)
             server.clear()
             before = os.times()
             total = run(server, folder, workers)

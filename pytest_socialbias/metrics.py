@@ -109,11 +109,20 @@ def bootstrap_mean_interval(
     sums = [math.fsum(g) for g in kept]
     counts = [len(g) for g in kept]
     rng = random.Random(seed)
-    indices = range(len(kept))
+    k = len(kept)
     means = []
-    for _ in range(resamples):
-        drawn = rng.choices(indices, k=len(kept))
-        means.append(math.fsum(sums[i] for i in drawn) / sum(counts[i] for i in drawn))
+    if len(set(counts)) == 1:
+        # Every group has the same number of values (the usual case: T ratings per
+        # dialogue): draw the groups' sums directly. Same draws as the general path
+        # (choices() picks the same positions), so the same numbers, faster.
+        total = counts[0] * k
+        for _ in range(resamples):
+            means.append(math.fsum(rng.choices(sums, k=k)) / total)
+    else:
+        indices = range(k)
+        for _ in range(resamples):
+            drawn = rng.choices(indices, k=k)
+            means.append(math.fsum(map(sums.__getitem__, drawn)) / sum(map(counts.__getitem__, drawn)))
     means.sort()
     return (_percentile(means, 2.5), _percentile(means, 97.5))
 

@@ -295,10 +295,35 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[RUN_KEY] = run
+    if run.is_worker:
+        run.queued_items = lambda: _xdist_queued_items(config)
     if not run.is_worker:
         config.pluginmanager.register(Controller(run), "socialbias-controller")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(run), "socialbias-xdist-controller")
+
+
+def _xdist_queued_items(config: pytest.Config) -> list:
+    """The items xdist has sent this worker and it has not run yet.
+
+    xdist keeps them in its WorkerInteractor's queue (``torun``, a private attribute of
+    pytest-xdist 3.x); with loadscope a queued item's whole batch belongs to this worker.
+    Anything unexpected gives an empty list: the worker then runs its batches one after
+    the other, which is slower but still correct.
+    """
+    for plugin in config.pluginmanager.get_plugins():
+        if type(plugin).__name__ != "WorkerInteractor":
+            continue
+        queue, session = getattr(plugin, "torun", None), getattr(plugin, "session", None)
+        if queue is None or session is None or not hasattr(queue, "lock"):
+            return []
+        try:
+            with queue.lock() as pending:
+                indices = [i for i in pending if isinstance(i, int)]
+            return [session.items[i] for i in indices if 0 <= i < len(session.items)]
+        except Exception:  # a changed xdist internal must never break a run
+            return []
+    return []
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -537,6 +562,14 @@ class XdistController:
 
     def __init__(self, run: SocialBiasRun):
         self.run = run
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        if getattr(config.option, "dist", None) == "loadscope":
+            from .xdist_scheduling import SuiteBatchScheduling
+
+            return SuiteBatchScheduling(config, log)
+        return None
 
     def pytest_testnodedown(self, node, error) -> None:
         output = getattr(node, "workeroutput", None) or {}

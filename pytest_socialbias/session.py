@@ -65,6 +65,9 @@ class RunSettings:
     guard_unit: str | None = None
 
 
+#: How long closing waits for the background SDK warm-up (it takes about a second).
+WARM_UP_JOIN_S = 10.0
+
 #: Shown in the summary and the reports whenever a judge runs on the embedded model.
 EMBEDDED_JUDGE_WARNING = (
     "the judge is the small embedded model (SmolLM2-135M): it is not a reliable judge "
@@ -109,6 +112,8 @@ class SocialBiasRun:
         self.snapshots = None  # snapshots.SnapshotResult, set by the plugin
         self.dry_plan: dict | None = None  # --socialbias-dry-run: calls and tokens per role
         self.protocols: set = set()  # of the collected cases
+        # xdist workers: a callable giving the items queued for this worker (see plugin).
+        self.queued_items = None
         self.detection: dict | None = None  # BenevDial detector suites: confusion, markers
 
     # ---- configuration -------------------------------------------------------------
@@ -143,8 +148,8 @@ class SocialBiasRun:
                 self.judge_reference = load_reference(s.judge_check)
                 if "judge" not in self.specs and not self.uses_local_default:
                     raise ConfigError("--socialbias-judge-check needs a judge: pass --judge=PROVIDER:MODEL")
-        if s.dry_run:
-            return  # no model is called, so nothing to warm up
+        if s.dry_run or s.record == "none":
+            return  # no model is called (a replay needs an SDK only for a spec without @URL)
         self._warm_up()
 
     def _warm_up(self) -> None:
@@ -280,8 +285,9 @@ class SocialBiasRun:
 
         A single process (no xdist) starts every selected case at once: all requests
         share the concurrency budget, so the run's wall time approaches the longest
-        dialogue's chain of calls instead of adding up batch by batch. (An xdist worker
-        cannot know which batches it gets next, so it runs one batch at a time.)
+        dialogue's chain of calls instead of adding up batch by batch. An xdist worker
+        starts its batch and every batch xdist has already queued for it
+        (``queued_items``), so its batches overlap too.
         """
         key = item.case.key
         if key not in self._futures:
@@ -289,8 +295,19 @@ class SocialBiasRun:
             if not self.is_worker:
                 for batch_id in self.batches:
                     self._start(batch_id, [])
+        self._start_queued()
         self._wait(item.batch_id, key)
         return self.results[key]
+
+    def _start_queued(self) -> None:
+        """On an xdist worker: start the batches xdist has already queued for it, so they
+        run beside the current one (checked again while waiting: they may arrive late)."""
+        if not self.is_worker or self.queued_items is None:
+            return
+        for queued in self.queued_items():
+            batch_id = getattr(queued, "batch_id", None)
+            if batch_id is not None and queued.case.key not in self._futures:
+                self._start(batch_id, [])
 
     def _start(self, batch_id: str, extra: list) -> None:
         """Submit every not yet started case of the batch (and ``extra``) to the loop."""
@@ -310,6 +327,7 @@ class SocialBiasRun:
                     self.results[key] = future.result(timeout=0.25)
                     return
                 except concurrent.futures.TimeoutError:
+                    self._start_queued()
                     if self.progress is not None:
                         self.progress(self._progress_text(batch_id, started))
         except BaseException:
@@ -333,6 +351,11 @@ class SocialBiasRun:
         )
 
     def close(self) -> None:
+        if self._warm_thread is not None:
+            # Let a warm-up still importing the SDK finish: an import cut off at
+            # interpreter shutdown fails with confusing errors (e.g. --collect-only).
+            self._warm_thread.join(WARM_UP_JOIN_S)
+
         async def close_models():
             if self._model_settings is not None:
                 await self._model_settings.aclose()

@@ -34,9 +34,43 @@ class Template:
         """Render to chat messages; a missing placeholder is a programming error (KeyError)."""
         out = []
         if self.system.strip():
-            out.append({"role": "system", "content": string.Template(self.system).substitute(values).strip()})
-        out.append({"role": "user", "content": string.Template(self.user).substitute(values).strip()})
+            out.append({"role": "system", "content": _render(self.system, values).strip()})
+        out.append({"role": "user", "content": _render(self.user, values).strip()})
         return out
+
+
+@lru_cache(maxsize=None)
+def _compiled(text: str) -> tuple:
+    """``text`` split at its placeholders, once: (literal, name, literal, name, ..., literal).
+
+    Uses string.Template's own pattern, so ``$name``, ``${name}`` and ``$$`` mean exactly
+    what they mean there; rendering then is a join instead of a regex pass per call.
+    """
+    parts: list = []
+    last = 0
+    literal = ""
+    for match in string.Template.pattern.finditer(text):
+        literal += text[last : match.start()]
+        last = match.end()
+        if match.group("escaped") is not None:
+            literal += "$"
+        elif match.group("named") is not None or match.group("braced") is not None:
+            parts += [literal, match.group("named") or match.group("braced")]
+            literal = ""
+        else:  # an invalid placeholder: let string.Template raise its own error
+            string.Template(text).substitute({})
+    parts.append(literal + text[last:])
+    return tuple(parts)
+
+
+def _render(text: str, values: dict) -> str:
+    """``string.Template(text).substitute(values)``, faster (values are used as str())."""
+    parts = _compiled(text)
+    out = [parts[0]]
+    for index in range(1, len(parts), 2):
+        out.append(str(values[parts[index]]))
+        out.append(parts[index + 1])
+    return "".join(out)
 
 
 @lru_cache(maxsize=None)
