@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from .errors import ConfigError
@@ -39,11 +40,45 @@ def _generate_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _cache_configure(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    actions.required = True
+    verify = actions.add_parser(
+        "verify",
+        help="check the record/replay cache: sqlite integrity, the calls table, and that every "
+        "row's request and response parse and its key is the hash of its request",
+        description="Check the record/replay cache without changing it. Exit status 0 when "
+        "every entry is sound, 1 with one line per problem, 2 when there is no cache to check.",
+    )
+    verify.add_argument(
+        "--cache-dir", type=Path, default=Path(".socialbias"), metavar="DIR", dest="cache_dir",
+        help="record/replay cache folder (default .socialbias)",
+    )
+
+
+def _cache_run(args: argparse.Namespace) -> int:
+    from .cache import verify_cache
+
+    rows, problems = verify_cache(args.cache_dir)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) in {args.cache_dir}", file=sys.stderr)
+        return 1
+    print(f"{rows} entries OK")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "generate-benevdial": Subcommand(
         help="generate labelled BenevDial dialogues (N, OB, BB) with generator models",
         configure=_generate_configure,
         run=_generate_run,
+    ),
+    "cache": Subcommand(
+        help="tools for the record/replay cache (verify)",
+        configure=_cache_configure,
+        run=_cache_run,
     ),
 }
 
@@ -75,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args._run(args)
     except ConfigError as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        command = " ".join(filter(None, (args.command, getattr(args, "action", None))))
+        print(f"{PROG} {command}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR
 
 

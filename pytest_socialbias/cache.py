@@ -13,6 +13,7 @@ import hashlib
 import json
 import sqlite3
 import time
+from dataclasses import fields
 from pathlib import Path
 
 from .errors import ConfigError
@@ -106,3 +107,91 @@ class CallCache:
 
     def close(self) -> None:
         self._db.close()
+
+
+# --------------------------------------------------------------------------- verify
+
+#: Columns of the calls table, in order (what CallCache creates and writes).
+CALL_COLUMNS = ("key", "role", "provider", "model", "request", "response", "created")
+
+
+def verify_cache(directory: str | Path) -> tuple[int, list[str]]:
+    """Check the cache under ``directory`` without changing it: (rows checked, problems).
+
+    Checks sqlite's ``PRAGMA integrity_check``, the calls table and its columns, and per
+    row that request and response are JSON objects, that the key is the sha256 of the
+    canonical request (so a lookup finds it) and that the response has every ChatResponse
+    field. Each problem names the row's key. ConfigError when there is nothing to check.
+    """
+    from .models.base import ChatResponse  # the models package imports this module
+
+    directory = Path(directory)
+    path = directory / CACHE_FILE
+    if not directory.is_dir():
+        raise ConfigError(f"--cache-dir={directory}: no such folder; pass the folder of the cache (default .socialbias)")
+    if not path.is_file():
+        raise ConfigError(f"--cache-dir={directory}: no {CACHE_FILE} in it; is it the cache folder of a run?")
+    try:
+        # Read-only: verifying must never change (or "repair") what it checks.
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        return 0, [f"{path}: cannot open ({exc})"]
+    try:
+        problems = _file_problems(db, path)
+        if problems:
+            return 0, problems
+        response_fields = [f.name for f in fields(ChatResponse)]
+        rows = 0
+        try:
+            for key, request, response in db.execute("SELECT key, request, response FROM calls"):
+                rows += 1
+                problems += [f"key {key}: {p}" for p in _row_problems(key, request, response, response_fields)]
+            for key, copies in db.execute("SELECT key, COUNT(*) FROM calls GROUP BY key HAVING COUNT(*) > 1"):
+                problems.append(f"key {key}: stored {copies} times")
+        except sqlite3.Error as exc:
+            problems.append(f"{path}: reading the calls stopped after {rows} rows ({exc})")
+        return rows, problems
+    finally:
+        db.close()
+
+
+def _file_problems(db: sqlite3.Connection, path: Path) -> list[str]:
+    """Problems of the file as a whole: not a database, corrupt pages, missing table."""
+    try:
+        results = [row[0] for row in db.execute("PRAGMA integrity_check")]
+        columns = [row[1] for row in db.execute("PRAGMA table_info(calls)")]
+    except sqlite3.Error as exc:
+        return [f"{path}: not a readable sqlite database ({exc})"]
+    if results != ["ok"]:
+        return [f"{path}: integrity check: {line}" for line in results]
+    if not columns:
+        return [f"{path}: no calls table"]
+    if tuple(columns) != CALL_COLUMNS:
+        return [f"{path}: calls table has columns {', '.join(columns)}; expected {', '.join(CALL_COLUMNS)}"]
+    return []
+
+
+def _row_problems(key, request: str, response: str, response_fields: list[str]) -> list[str]:
+    problems = []
+    try:
+        request_data = json.loads(request)
+    except (TypeError, ValueError) as exc:
+        problems.append(f"request is not valid JSON ({exc})")
+        request_data = None
+    if request_data is not None:
+        if not isinstance(request_data, dict):
+            problems.append("request is not a JSON object")
+        elif cache_key(request_data) != key:
+            problems.append(f"key is not the sha256 of the stored request (that is {cache_key(request_data)})")
+    try:
+        response_data = json.loads(response)
+    except (TypeError, ValueError) as exc:
+        return problems + [f"response is not valid JSON ({exc})"]
+    if not isinstance(response_data, dict):
+        return problems + ["response is not a JSON object"]
+    missing = [name for name in response_fields if name not in response_data]
+    if missing:
+        problems.append(f"response lacks {', '.join(missing)}")
+    elif not isinstance(response_data["text"], str):
+        problems.append("response text is not a string")
+    return problems

@@ -292,6 +292,9 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         run = SocialBiasRun(_settings(config), _is_worker(config))
         run.validate()
+        if not run.is_worker:
+            _preflight(config, run)
+        run.start_warm_up()
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[RUN_KEY] = run
@@ -301,6 +304,20 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Controller(run), "socialbias-controller")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(run), "socialbias-xdist-controller")
+
+
+def _preflight(config: pytest.Config, run: SocialBiasRun) -> None:
+    """Broken suite files and gates naming unknown suites: usage errors before any work."""
+    from .preflight import check_gate_suites, check_suites
+
+    if config.getoption("help", False) or config.getoption("version", False):
+        return
+    invocation = Path(config.invocation_params.dir)
+    paths = [invocation / arg.split("::")[0] for arg in config.args]
+    ignored = [(invocation / p).resolve() for p in (config.getoption("ignore") or [])]
+    check_suites(paths, ignored, run.settings)
+    if run.gates:
+        check_gate_suites(run.gates, run.settings.thresholds, Path(config.rootpath))
 
 
 def _xdist_queued_items(config: pytest.Config) -> list:
@@ -398,11 +415,9 @@ class Batch(pytest.Collector):
         for case in self.cases:
             item = CaseItem.from_parent(self, name=case.id, case=case, batch_id=self.nodeid)
             item.add_marker("socialbias")
-            if case.category != UNSPECIFIED and case.category not in case.markers:
-                item.add_marker(case.category)
-            if case.style:
-                item.add_marker(case.style)
-            for marker in case.markers:
+            names = [case.category] if case.category != UNSPECIFIED else []
+            names += [case.style] if case.style else []
+            for marker in dict.fromkeys(names + list(case.markers)):
                 if marker not in known:
                     self.config.addinivalue_line("markers", f"{marker}: social-bias cases with this role or value")
                     known.add(marker)

@@ -148,6 +148,10 @@ class SocialBiasRun:
                 self.judge_reference = load_reference(s.judge_check)
                 if "judge" not in self.specs and not self.uses_local_default:
                     raise ConfigError("--socialbias-judge-check needs a judge: pass --judge=PROVIDER:MODEL")
+
+    def start_warm_up(self) -> None:
+        """Build the API clients in the background (after every check has passed)."""
+        s = self.settings
         if s.dry_run or s.record == "none":
             return  # no model is called (a replay needs an SDK only for a spec without @URL)
         self._warm_up()

@@ -163,8 +163,9 @@ def test_bad_dialogue_files_name_the_line(project, server):
     bad = dict(DIALOGUES[0], **{"class": "XB"})
     (project.path / "labelled.jsonl").write_text(json.dumps(DIALOGUES[1]) + "\n" + json.dumps(bad) + "\n")
     result, _ = run(project, server, f"--judge=openai:ja@{server.openai_base_url}")
-    assert result.ret == pytest.ExitCode.INTERRUPTED or result.ret == pytest.ExitCode.USAGE_ERROR or result.ret == 2
-    assert "labelled.jsonl:2: at class: 'XB' is not one of" in result.stdout.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "labelled.jsonl:2: at class: 'XB' is not one of" in result.stderr.str()
+    assert server.requests == []
 
 
 def test_dialogues_option_overrides_the_suite_file(project, server):

@@ -86,6 +86,8 @@ def test_gate_crossed_sets_exit_status_1(project, server):
         {"name": "refusals", "suite": "demo", "metric": "refusal_rate", "max": 0.5},
         {"name": "not-run", "suite": "other", "metric": "refusal_rate", "max": 0.5},
     ))
+    project.mkdir("elsewhere")  # the "other" suite exists in the project but is not run now
+    (project.path / "elsewhere" / "other.yaml").write_text(suite_yaml(CASES[:1], suite="other"))
     result, report = run(project, server)
     assert result.ret == 1
     result.stdout.fnmatch_lines(["gates: 1 failed of 3", "bias *demo:cumulative_bias@2*max 10.0%*FAIL"])

@@ -103,3 +103,18 @@ def json_key(value: dict) -> str:
     import json
 
     return json.dumps(value, sort_keys=True)
+
+
+def test_every_shipped_suite_collects_with_registered_markers_and_thresholds(tmp_path):
+    """All shipped suites collect together, every gate of thresholds.yaml names a suite
+    that exists, and no marker is unknown (a warning turned into an error here)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "suites", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-W", "error::pytest.PytestUnknownMarkWarning", f"--basetemp={tmp_path / 'bt'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "tests collected" in done.stdout

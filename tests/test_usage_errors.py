@@ -154,15 +154,38 @@ def test_bad_thresholds_file(pytester, keys, server, text, needles):
          ["demo.yaml:3", "protocol", "'dymt2' is not one of"]),
     ],
 )
-def test_bad_suite_file_is_a_collection_error_naming_file_and_line(pytester, keys, server, text, needles):
+@pytest.mark.parametrize("how", [["demo.yaml"], ["."], ["demo.yaml", "-n", "2"]])
+def test_bad_suite_file_is_a_usage_error_naming_file_and_line(pytester, keys, server, text, needles, how):
     pytester.makefile(".yaml", demo=text)
-    result = pytester.runpytest("demo.yaml", *model_args(server))
-    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest's exit status for collection errors
-    out = result.stdout.str()
-    for needle in needles:
-        assert needle in out, out
-    assert "Traceback" not in out
+    result = pytester.runpytest(*how, *model_args(server))
+    assert_usage_error(result, *needles)
     assert server.request_count == 0
+
+
+def test_a_bad_suite_file_outside_the_given_paths_does_not_stop_the_run(pytester, keys, server):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    pytester.mkdir("other")
+    (pytester.path / "other" / "broken.yaml").write_text("socialbias: 1\nsuite: broken\nprotocol: nope\n")
+    result = pytester.runpytest("demo.yaml", *model_args(server), "-p", "no:cacheprovider")
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+
+
+def test_a_gate_naming_an_unknown_suite_is_a_usage_error(pytester, keys, server):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    pytester.makefile(".yaml", thresholds="gates:\n  - name: g\n    suite: demoo\n    metric: refusal_rate\n    max: 0.1\n")
+    result = pytester.runpytest("demo.yaml", *model_args(server))
+    assert_usage_error(result, "thresholds.yaml:3", "gate 'g' names suite 'demoo'", "known suites: demo, judge-check",
+                       "fix the name or remove the gate")
+
+
+def test_gates_of_suites_not_run_this_time_are_fine(pytester, keys, server):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    pytester.mkdir("more")
+    (pytester.path / "more" / "other.yaml").write_text(GOOD_SUITE.replace("suite: demo", "suite: other"))
+    pytester.makefile(".yaml", thresholds="gates:\n  - name: g\n    suite: other\n    metric: refusal_rate\n    max: 0.1\n")
+    result = pytester.runpytest("demo.yaml", *model_args(server), "-p", "no:cacheprovider")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*g*other:refusal_rate*NOT_EVALUATED*"])
 
 
 def test_yaml_without_marker_is_not_collected(pytester, keys, server):

@@ -153,6 +153,11 @@ class Reply:
             ``(token, logprob, [(alt_token, alt_logprob), ...])`` tuples.  When
             ``None`` and the request asks for ``logprobs``, they are generated
             from the whitespace-split text.  Anthropic never gets logprobs.
+        raw_text_bytes: Bytes sent verbatim on the wire as the assistant text
+            (inside the JSON string), instead of ``text`` -- e.g. invalid UTF-8
+            such as ``b"caf\\xe9"``, which no ``str`` can carry.  ``text`` still
+            drives usage and logprobs.  The bytes must not contain ``"``, ``\\``
+            or bytes below 0x20, which would end or break the JSON string.
     """
 
     text: str
@@ -161,6 +166,12 @@ class Reply:
     completion_tokens: int | None = None
     latency: float | None = None
     logprobs: list[LogprobEntry] | None = None
+    raw_text_bytes: bytes | None = None
+
+    def __post_init__(self) -> None:
+        raw = self.raw_text_bytes
+        if raw is not None and (b'"' in raw or b"\\" in raw or any(byte < 0x20 for byte in raw)):
+            raise ValueError('raw_text_bytes must not contain \'"\', \'\\\\\' or bytes below 0x20')
 
 
 @dataclass
@@ -343,48 +354,60 @@ def _usage(reply: Reply, req: FakeRequest) -> tuple[int, int]:
     return prompt, completion
 
 
+# Stands in for Reply.raw_text_bytes while the body is serialised; JSON-safe as is.
+_RAW_TEXT_PLACEHOLDER = "@@pytest-socialbias-raw-text@@"
+
+
 def _success_body(req: FakeRequest, reply: Reply, empty: bool = False) -> bytes:
     model = req.model or "fake"
     prompt, completion = _usage(reply, req)
+    raw = reply.raw_text_bytes
+    # json.dumps cannot write bytes that are not UTF-8: serialise a placeholder for them,
+    # then swap the raw bytes in.
+    text = reply.text if raw is None else _RAW_TEXT_PLACEHOLDER
     if req.api == "anthropic":
         stop = _TO_ANTHROPIC_STOP.get(reply.finish_reason, reply.finish_reason)
-        return _dumps(
+        body = _dumps(
             {
                 "id": f"msg_fake_{req.index}",
                 "type": "message",
                 "role": "assistant",
                 "model": model,
-                "content": [] if empty else [{"type": "text", "text": reply.text}],
+                "content": [] if empty else [{"type": "text", "text": text}],
                 "stop_reason": stop,
                 "stop_sequence": None,
                 "usage": {"input_tokens": prompt, "output_tokens": completion},
             }
         )
-    finish = _TO_OPENAI_FINISH.get(reply.finish_reason, reply.finish_reason)
-    choices: list[dict[str, Any]] = []
-    if not empty:
-        choices.append(
+    else:
+        finish = _TO_OPENAI_FINISH.get(reply.finish_reason, reply.finish_reason)
+        choices: list[dict[str, Any]] = []
+        if not empty:
+            choices.append(
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "finish_reason": finish,
+                    "logprobs": _openai_logprobs(reply, req),
+                }
+            )
+        body = _dumps(
             {
-                "index": 0,
-                "message": {"role": "assistant", "content": reply.text, "refusal": None},
-                "finish_reason": finish,
-                "logprobs": _openai_logprobs(reply, req),
+                "id": f"chatcmpl-fake-{req.index}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": model,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
             }
         )
-    return _dumps(
-        {
-            "id": f"chatcmpl-fake-{req.index}",
-            "object": "chat.completion",
-            "created": 0,
-            "model": model,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            },
-        }
-    )
+    if raw is not None and not empty:
+        body = body.replace(_RAW_TEXT_PLACEHOLDER.encode("ascii"), raw, 1)
+    return body
 
 
 def _models_body(api: str) -> bytes:

@@ -1,0 +1,165 @@
+"""Runs interrupted by SIGKILL or SIGINT at seeded random points, then rerun.
+
+For each kill point: the rerun sends no request the interrupted run had an answer for
+(only the few in flight at the kill may go again), the cache left behind passes
+``python -m pytest_socialbias cache verify``, and the rerun's JSON report equals an
+uninterrupted run's byte for byte. SIGINT must end pytest cleanly (exit status 2).
+
+The fake server's script takes the latency itself and notes when each answer leaves, so
+"answered before the kill" is measured at the server, not guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pytest_socialbias.testing import FakeServer
+
+from .dymtworld import DymtWorld
+from .test_dymt_e2e import dymt_yaml, plan_statement
+
+LATENCY = 0.05
+CONCURRENCY = 4
+#: Time a client may take between receiving an answer and committing it to the cache;
+#: answers older than this at the kill must be in the cache.
+COMMIT_GRACE_S = 0.5
+POINTS = 3  # kill points per signal
+
+PLANS = ["0000", "1000", "0100", "0011", "1111", "0R00"]
+CASES = [(f"c-{i:02d}", ("age", "gender", "race")[i % 3], plan) for i, plan in enumerate(PLANS)]
+
+
+class TimedWorld:
+    """DymtWorld answering after LATENCY, logging (request key, time the answer left)."""
+
+    def __init__(self):
+        self.world = DymtWorld()
+        self.answered: list[tuple[str, float]] = []
+
+    async def __call__(self, req):
+        await asyncio.sleep(LATENCY)
+        answer = self.world(req)
+        self.answered.append((request_key(req), time.monotonic()))
+        return answer
+
+
+def request_key(req) -> str:
+    return json.dumps([req.model, req.messages, req.params], sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def timed():
+    return TimedWorld()
+
+
+@pytest.fixture(scope="module")
+def server(timed):
+    # One server for every run of the module: its URL is part of every cache key and of
+    # the report, so the interrupted runs must share it with the uninterrupted one.
+    with FakeServer(timed) as srv:
+        yield srv
+        assert srv.script_errors == []
+
+
+def project(path):
+    path.mkdir()
+    (path / "demo.yaml").write_text(
+        dymt_yaml([(i, c, plan_statement(i, p)) for i, c, p in CASES], turns=len(PLANS[0]))
+    )
+    return path
+
+
+def pytest_command(server, path):
+    url = server.openai_base_url
+    return [
+        sys.executable, "-m", "pytest", "demo.yaml", "-p", "no:cacheprovider", "-q",
+        f"--basetemp={path}/bt", f"--target=openai:t@{url}", f"--judge=openai:j@{url}",
+        f"--user-model=openai:u@{url}", f"--socialbias-concurrency={CONCURRENCY}",
+        "--socialbias-report=r.json",
+    ]
+
+
+def env():
+    return dict(os.environ, OPENAI_API_KEY="sk-test")
+
+
+def verify(path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_socialbias", "cache", "verify", "--cache-dir", str(path / ".socialbias")],
+        capture_output=True, text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def clean(server, tmp_path_factory):
+    """An uninterrupted run: its report bytes and the requests it sent."""
+    path = project(tmp_path_factory.mktemp("interrupt") / "clean")
+    server.clear()
+    done = subprocess.run(pytest_command(server, path), cwd=path, env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    keys = [request_key(r) for r in server.requests]
+    assert len(keys) == len(set(keys))  # every request of the run is distinct
+    return (path / "r.json").read_bytes(), set(keys)
+
+
+@pytest.mark.parametrize("point", range(POINTS))
+@pytest.mark.parametrize("signame", ["SIGKILL", "SIGINT"])
+def test_interrupted_run_then_rerun(server, timed, clean, tmp_path, signame, point):
+    expected_report, clean_keys = clean
+    rng = random.Random(f"{signame}-{point}")
+    # Somewhere between 10% and 85% of the run's requests, plus a random part of a call.
+    wait_for = max(1, round(rng.uniform(0.10, 0.85) * len(clean_keys)))
+    delay = rng.uniform(0, 2 * LATENCY)
+    path = project(tmp_path / "run")
+
+    server.clear()
+    timed.answered.clear()
+    proc = subprocess.Popen(pytest_command(server, path), cwd=path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while server.request_count < wait_for and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    time.sleep(delay)
+    assert proc.poll() is None, "the run ended before the signal; lower the kill points"
+    killed_at = time.monotonic()
+    proc.send_signal(getattr(signal, signame))
+    out, err = proc.communicate(timeout=60)
+    first = {request_key(r) for r in server.requests}
+    answered_early = {key for key, at in timed.answered if at < killed_at - COMMIT_GRACE_S}
+    assert 0 < len(first) < len(clean_keys)
+
+    if signame == "SIGINT":
+        # pytest's own KeyboardInterrupt handling: a clean exit, no stray thread errors.
+        assert proc.returncode == 2, out[-3000:] + err[-3000:]
+        assert "KeyboardInterrupt" in out
+        assert "Traceback" not in err and "Exception" not in err, err[-3000:]
+    else:
+        assert proc.returncode == -signal.SIGKILL
+
+    checked = verify(path)
+    assert (checked.returncode, checked.stderr) == (0, ""), checked.stdout + checked.stderr
+    assert checked.stdout.endswith(" entries OK\n")
+
+    server.clear()
+    rerun = subprocess.run(pytest_command(server, path), cwd=path, env=env(), capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    second = [request_key(r) for r in server.requests]
+
+    # Answers the first run had well before the kill came from the cache; only requests
+    # in flight at the kill (at most one per concurrency slot) are asked again.
+    assert not answered_early & set(second)
+    assert len(first & set(second)) <= CONCURRENCY
+    assert len(second) == len(set(second))
+    assert first | set(second) == clean_keys
+    assert (path / "r.json").read_bytes() == expected_report
+    checked = verify(path)
+    assert (checked.returncode, checked.stdout) == (0, f"{len(clean_keys)} entries OK\n")
