@@ -94,9 +94,20 @@ def test_no_model_options_needed_for_ordinary_tests(pytester):
         ("--socialbias-concurrency=0", ["--socialbias-concurrency='0'", ">= 1"]),
         ("--socialbias-batch-size=x", ["--socialbias-batch-size='x'"]),
         ("--socialbias-thresholds=nope.yaml", ["--socialbias-thresholds=", "nope.yaml: file not found"]),
+        ("--socialbias-cache-dir=afile.txt", ["--socialbias-cache-dir=", "afile.txt", "cannot open the cache",
+                                              "--socialbias-record=off"]),
+        ("--socialbias-sample=many", ["--socialbias-sample='many'", ">= 1"]),
+        ("--socialbias-guidance=strict", ["--socialbias-guidance='strict'", "plain, conceptual or operational"]),
+        ("--socialbias-guard-unit=word", ["--socialbias-guard-unit='word'", "turn, context or exchange"]),
+        ("--socialbias-guard-kind=nemo", ["--socialbias-guard-kind='nemo'", "wildguard"]),
+        ("--socialbias-snapshot-max-flips=-1", ["--socialbias-snapshot-max-flips='-1'", ">= 0"]),
+        ("--socialbias-baseline=old.json", ["--socialbias-baseline=", "old.json: file not found", "--socialbias-report"]),
+        ("--socialbias-judge-check=labels.jsonl", ["--socialbias-judge-check=", "labels.jsonl: file not found", "builtin"]),
+        ("--socialbias-turns=0", ["--socialbias-turns='0'", ">= 1"]),
     ],
 )
 def test_bad_options(pytester, keys, server, option, needles):
+    (pytester.path / "afile.txt").write_text("not a folder")
     pytester.makefile(".yaml", demo=GOOD_SUITE)
     result = pytester.runpytest("demo.yaml", *model_args(server), option)
     assert_usage_error(result, *needles)
