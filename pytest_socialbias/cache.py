@@ -128,7 +128,9 @@ def verify_cache(directory: str | Path) -> tuple[int, list[str]]:
     directory = Path(directory)
     path = directory / CACHE_FILE
     if not directory.is_dir():
-        raise ConfigError(f"--cache-dir={directory}: no such folder; pass the folder of the cache (default .socialbias)")
+        raise ConfigError(
+            f"--cache-dir={directory}: no such folder; pass the folder of the cache (default .socialbias)"
+        )
     if not path.is_file():
         raise ConfigError(f"--cache-dir={directory}: no {CACHE_FILE} in it; is it the cache folder of a run?")
     try:

@@ -39,6 +39,8 @@ def _narrowed(dialogue: str) -> str | None:
 
 
 def script(req: FakeRequest):
+    if req.model == "ufilter":  # every simulated message stopped by the content filter
+        return Reply("I would like some", finish_reason="content_filter")
     if req.model == "uecho":  # a weak simulator that repeats its brief
         return "How to play this person:\nI would like some help."
     if req.model == "u":

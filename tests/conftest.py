@@ -1,6 +1,8 @@
 import json
 import textwrap
 
+import anthropic
+import openai
 import pytest
 
 from pytest_socialbias.report.json_report import validate_report
@@ -8,6 +10,10 @@ from pytest_socialbias.report.json_report import validate_report
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld
+
+#: Imported once here: pytester forgets the modules an in-process run imports, so each run
+#: would import the SDKs again (about 1 s each).
+PRELOADED_SDKS = (anthropic, openai)
 
 pytest_plugins = ["pytester"]
 

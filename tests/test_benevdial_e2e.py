@@ -212,15 +212,17 @@ def test_html_report_shows_classes_and_both_pair_dialogues(project, server):
     assert "BB / N" in html or "N / BB" in html or "N / N" in html
 
 
-def test_a_simulator_repeating_its_brief_is_a_role_break(project, server):
+@pytest.mark.parametrize("simulator, reason", [("uecho", "repeated its instructions"), ("ufilter", "content filter")])
+def test_a_simulator_repeating_its_brief_or_filtered_is_a_role_break(project, server, simulator, reason):
     url = server.openai_base_url
     project.runpytest(
-        "agent.yaml", f"--target=openai:tb@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:uecho@{url}",
+        "agent.yaml", f"--target=openai:tb@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:{simulator}@{url}",
         "--socialbias-sample=1", "--socialbias-report=r.json", "-p", "no:cacheprovider",
     )
     report = read_report(project.path / "r.json")
     assert {c["outcome"] for c in report["cases"]} == {"error"}
     message = report["cases"][0]["errors"][0]
-    assert message["kind"] == "user_simulator_error" and "repeated its instructions" in message["message"]
+    assert message["kind"] == "user_simulator_error" and reason in message["message"]
+    assert not [r for r in server.requests if r.model == "tb"]  # the target never saw it
     assert rows(report, "benevdial-agent")[("error_rate", None, None)]["value"] == 1.0
     assert rows(report, "benevdial-agent")[("bb_rate", None, None)]["n"] == 0

@@ -17,6 +17,7 @@ import re
 
 import pytest
 
+from pytest_socialbias.models.client import MALFORMED_RETRIES
 from pytest_socialbias.testing import FakeServer, Fault, Reply
 
 from . import fakeworld
@@ -28,15 +29,19 @@ CASES = [
     ("race-001", "race", "REFUSEME statement three."),
     ("religion-001", "religion", "FAULTME statement four."),
 ]
-TURNS = 2
 AFFECTED = "religion-001"
-#: What every case comes to without faults (fakeworld decides by construction).
+#: Per case: outcome, bias and refusal label of every turn without faults (fakeworld
+#: decides by construction).
 BASELINE = {
-    "age-001": ("clean", {"bias": [0, 0], "refusal": [0, 0]}),
-    "gender-001": ("biased", {"bias": [1, 1], "refusal": [0, 0]}),
-    "race-001": ("refused", {"bias": [0, 0], "refusal": [1, 1]}),
-    "religion-001": ("clean", {"bias": [0, 0], "refusal": [0, 0]}),
+    "age-001": ("clean", 0, 0),
+    "gender-001": ("biased", 1, 0),
+    "race-001": ("refused", 0, 1),
+    "religion-001": ("clean", 0, 0),
 }
+#: The fault matrix runs one turn (each retry without Retry-After costs the SDK's backoff,
+#: about 0.5 s, per turn); the finish-reason tests run two, so a dialogue goes on after a
+#: filtered or cut reply.
+TURNS = 2
 ROLE_NAMES = {"u": "user", "t": "target", "j": "judge"}
 MARKER = "marker-fault"  # the FAULTME case's user messages carry it, so its requests can be told apart
 
@@ -49,7 +54,7 @@ TRANSIENT = {
     "502": (Fault("server_error", status=502), "HTTP 502", True),
     "503": (Fault("server_error", status=503), "HTTP 503", True),
     "timeout": (Fault("slow", delay=5), "APITimeoutError", True),
-    "drop": (Fault("drop_connection"), "APIConnectionError", True),
+    "drop": (Fault("drop_connection"), "(ServerDisconnectedError: Server disconnected)", True),
     "malformed-json": (Fault("malformed_json"), "malformed response", False),
     "empty-choices": (Fault("empty_choices"), "malformed response", False),
 }
@@ -99,9 +104,9 @@ def specs(server, *, target_api="openai", transport="?max_retries=1"):
     ]
 
 
-def run(pytester, script, *, target_api="openai", transport="?max_retries=1"):
+def run(pytester, script, *, target_api="openai", transport="?max_retries=1", turns=TURNS):
     """Run the suite against ``script``; the report, the server's requests, the result."""
-    pytester.makefile(".yaml", demo=suite_yaml(CASES, turns=TURNS))
+    pytester.makefile(".yaml", demo=suite_yaml(CASES, turns=turns))
     with FakeServer(script) as server:
         result = pytester.runpytest(
             "demo.yaml", *specs(server, target_api=target_api, transport=transport),
@@ -137,11 +142,14 @@ def by_id(report):
 
 def assert_baseline(report, only=None):
     cases = by_id(report)
-    for case_id, (outcome, labels) in BASELINE.items():
+    for case_id, (outcome, bias, refusal) in BASELINE.items():
         if only is not None and case_id not in only:
             continue
         case = cases[case_id]
+        turns = case["turns_planned"]
+        labels = {"bias": [bias] * turns, "refusal": [refusal] * turns}
         assert (case["outcome"], case["labels"], case["errors"]) == (outcome, labels, []), case
+        assert len(case["turns"]) == turns
 
 
 def assert_others_labelled(report):
@@ -167,7 +175,9 @@ def transport_for(name: str) -> str:
 
 @pytest.mark.parametrize("role, name, fault, reason", list(transient_params()))
 def test_transient_fault_on_first_attempt_changes_no_label(pytester, keys, role, name, fault, reason):
-    report, requests, result = run(pytester, faulty(role, fault, every_attempt=False), transport=transport_for(name))
+    report, requests, result = run(
+        pytester, faulty(role, fault, every_attempt=False), transport=transport_for(name), turns=1
+    )
     assert_baseline(report)
     assert result.ret == 0
     faulted = [r for r in requests if r.fault == fault.kind]
@@ -176,7 +186,9 @@ def test_transient_fault_on_first_attempt_changes_no_label(pytester, keys, role,
 
 @pytest.mark.parametrize("role, name, fault, reason", list(transient_params()))
 def test_fault_on_every_attempt_errors_only_the_affected_case(pytester, keys, role, name, fault, reason):
-    report, requests, result = run(pytester, faulty(role, fault, every_attempt=True), transport=transport_for(name))
+    report, requests, result = run(
+        pytester, faulty(role, fault, every_attempt=True), transport=transport_for(name), turns=1
+    )
     assert_others_labelled(report)
     case = by_id(report)[AFFECTED]
     assert case["outcome"] == "error"
@@ -187,6 +199,15 @@ def test_fault_on_every_attempt_errors_only_the_affected_case(pytester, keys, ro
         assert reason in error["message"], error
     result.stdout.fnmatch_lines([f"*::{AFFECTED}: [[]model_error[]] {ROLE_NAMES[role]} model *{reason}*"])
     assert result.ret == 1  # an errored item fails the run
+    # Bounded retries: the SDK's one (max_retries=1) for HTTP-level faults, ours (two
+    # more) for a 200 whose body is unusable. The judge's two questions of the turn run
+    # side by side; the case stops at the first that fails for good.
+    attempts = 1 + MALFORMED_RETRIES if fault.kind in ("malformed_json", "empty_choices") else 2
+    sent = len([r for r in requests if r.model == role and is_affected(r)])
+    if role == "j":
+        assert attempts <= sent <= 2 * attempts
+    else:
+        assert sent == attempts
 
 
 # -- finish reasons: answers, not faults ------------------------------------------------
@@ -276,7 +297,7 @@ ANTHROPIC = {
     "429-retry-after": (Fault("rate_limit", retry_after=0.01), "HTTP 429", False),
     "500": (Fault("server_error", status=500), "HTTP 500", True),
     "529-overloaded": (Fault("overloaded"), "HTTP 529", True),
-    "drop": (Fault("drop_connection"), "APIConnectionError", True),
+    "drop": (Fault("drop_connection"), "(ServerDisconnectedError: Server disconnected)", True),
     "malformed-json": (Fault("malformed_json"), "malformed response", False),
     "empty-content": (Fault("empty_choices"), "malformed response", False),
 }
@@ -290,7 +311,9 @@ def anthropic_params():
 @pytest.mark.parametrize("name, fault, reason", list(anthropic_params()))
 @pytest.mark.parametrize("every_attempt", [False, True], ids=["first-attempt", "every-attempt"])
 def test_anthropic_target_faults(pytester, keys, name, fault, reason, every_attempt):
-    report, requests, result = run(pytester, faulty("t", fault, every_attempt=every_attempt), target_api="anthropic")
+    report, requests, result = run(
+        pytester, faulty("t", fault, every_attempt=every_attempt), target_api="anthropic", turns=1
+    )
     assert {r.api for r in requests if r.model == "t"} == {"anthropic"}
     if not every_attempt:
         assert_baseline(report)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..models.base import FINISH_CONTENT_FILTER
 from ..prompts import Template
 from .parse import parse_binary, parse_scale
 
@@ -35,7 +36,7 @@ class JudgeVerdict:
 async def ask_judge(judge, template: Template, parse, choices, retry_message: str, usage=None, **values) -> JudgeVerdict:
     messages = template.messages(**values)
     first = await judge.chat(messages, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
-    label = parse(first.text)
+    label = _read(first, parse)
     if label is not None:
         return JudgeVerdict(label, first.text)
     retry = messages + [
@@ -43,15 +44,30 @@ async def ask_judge(judge, template: Template, parse, choices, retry_message: st
         {"role": "user", "content": retry_message},
     ]
     second = await judge.chat(retry, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
-    label = parse(second.text)
+    label = _read(second, parse)
     if label is not None:
         return JudgeVerdict(label, second.text)
     return JudgeVerdict(
         None,
         second.text,
-        f"{template.name}: unreadable judge answer after one retry: {_clip(first.text)!r}, "
-        f"then {_clip(second.text)!r}",
+        f"{template.name}: unreadable judge answer after one retry: {_shown(first)}, then {_shown(second)}",
     )
+
+
+def _read(response, parse):
+    """The label in a judge's answer, or None. An answer the provider's content filter
+    stopped is not the judge's whole answer (a "No" may have gone on "..., it is biased"),
+    so it is never read as a label."""
+    if response.finish_reason == FINISH_CONTENT_FILTER:
+        return None
+    return parse(response.text)
+
+
+def _shown(response) -> str:
+    shown = repr(_clip(response.text))
+    if response.finish_reason == FINISH_CONTENT_FILTER:
+        shown += " (stopped by the provider's content filter)"
+    return shown
 
 
 async def judge_binary(judge, template: Template, key: str, usage=None, **values) -> JudgeVerdict:

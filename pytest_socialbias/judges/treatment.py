@@ -20,7 +20,7 @@ import string
 from dataclasses import dataclass
 
 from .. import prompts
-from .binary import JUDGE_PARAMS, _clip
+from .binary import JUDGE_PARAMS, _read, _shown
 from .parse import _LEADING_NOISE, _json_object
 
 #: The three classes, in report order.
@@ -250,7 +250,7 @@ class PairVerdict:
 async def _ask(judge, template, messages, parse, retry_message: str, usage, **kw):
     """(parsed, response, error): one call, one retry on an unreadable answer."""
     first = await judge.chat(messages, template=template.id, usage=usage, **kw, **JUDGE_PARAMS)
-    parsed = parse(first.text)
+    parsed = _read(first, parse)
     if parsed is not None:
         return parsed, first, None
     retry = messages + [
@@ -258,13 +258,10 @@ async def _ask(judge, template, messages, parse, retry_message: str, usage, **kw
         {"role": "user", "content": retry_message},
     ]
     second = await judge.chat(retry, template=template.id, usage=usage, **kw, **JUDGE_PARAMS)
-    parsed = parse(second.text)
+    parsed = _read(second, parse)
     if parsed is not None:
         return parsed, second, None
-    error = (
-        f"{template.name}: unreadable judge answer after one retry: {_clip(first.text)!r}, "
-        f"then {_clip(second.text)!r}"
-    )
+    error = f"{template.name}: unreadable judge answer after one retry: {_shown(first)}, then {_shown(second)}"
     return None, second, error
 
 

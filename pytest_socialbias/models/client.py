@@ -113,14 +113,27 @@ def build_backend(spec: ModelSpec, option: str, local_threads: int | None = None
 
 
 def _describe(exc: BaseException) -> str:
-    """A one-line reason for a failed call, naming the HTTP status where there is one."""
+    """A one-line reason for a failed call, naming the HTTP status where there is one,
+    and the transport's own error under the SDK's: the SDKs' aiohttp transport reports a
+    dropped connection as a timeout ("Request timed out"), its cause says what happened."""
     status = getattr(exc, "status_code", None)
-    message = str(getattr(exc, "message", "") or exc).strip().splitlines()
-    text = message[0][:300] if message else ""
     name = type(exc).__name__
+    text = _first_line(exc)
     if status is not None:
         return f"HTTP {status} ({name}): {text}"
-    return f"{name}: {text}" if text else name
+    reason = f"{name}: {text}" if text else name
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    if root is not exc:
+        root_text = _first_line(root)
+        reason += f" ({type(root).__name__}: {root_text})" if root_text else f" ({type(root).__name__})"
+    return reason
+
+
+def _first_line(exc: BaseException) -> str:
+    message = str(getattr(exc, "message", "") or exc).strip().splitlines()
+    return message[0][:300] if message else ""
 
 
 class Model:
@@ -249,6 +262,10 @@ class Model:
                 )
             except (MalformedResponse, json.JSONDecodeError) as exc:
                 last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times
+            except UnicodeDecodeError as exc:
+                # JSON must be UTF-8 (RFC 8259): a body that is not cannot be trusted to say
+                # what the model wrote, so it is malformed, never decoded with guesses.
+                last = MalformedResponse(f"the response body is not valid UTF-8 ({exc.reason} at byte {exc.start})")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

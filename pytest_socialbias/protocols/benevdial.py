@@ -25,6 +25,7 @@ import hashlib
 from .. import prompts
 from ..errors import ModelCallError
 from ..judges.treatment import judge_pair, judge_treatment
+from ..models.base import FINISH_CONTENT_FILTER
 from .dialogue import USER_SIMULATOR_ATTEMPTS, UserSimulatorFailure, clean_user_message, target_messages
 
 BIASED_CLASSES = ("OB", "BB")
@@ -58,6 +59,9 @@ async def simulate_person(user_model, conditions, role, need, profile, turns: li
     for sample in range(USER_SIMULATOR_ATTEMPTS):
         reply = await user_model.chat(messages, template=template.id, sample=sample, usage=usage)
         text, problem = clean_user_message(reply.text, None)
+        if reply.finish_reason == FINISH_CONTENT_FILTER:
+            # What the filter let through is not the message the simulator meant to write.
+            text, problem = reply.text, "stopped by the provider's content filter"
         if problem is None and any(line in text for line in brief):
             problem = "repeated its instructions"
         if problem is None:

@@ -96,6 +96,9 @@ async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str
     for sample in range(USER_SIMULATOR_ATTEMPTS):
         reply = await user_model.chat(messages, template=template.id, sample=sample, usage=usage)
         text, problem = clean_user_message(reply.text, case.statement)
+        if reply.finish_reason == FINISH_CONTENT_FILTER:
+            # What the filter let through is not the message the simulator meant to write.
+            text, problem = reply.text, "stopped by the provider's content filter"
         if problem is None:
             return text, sample
         problems.append(f"{problem}: {text[:80]!r}")
@@ -194,13 +197,22 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         errors.append({"kind": "user_simulator_error", "role": "user", "message": str(exc)})
     except ModelCallError as exc:
         errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+    except BaseException:
+        # Cancelled (Ctrl-C, -x): the judge tasks must not outlive their dialogue.
+        for task in judge_tasks:
+            task.cancel()
+        raise
     judged = []
-    for task in judge_tasks:
-        try:
-            judged.append(await task)
-        except ModelCallError as exc:
-            errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
-            judged.append({"bias": None, "refusal": None, "coherence": None, "errors": []})
+    try:
+        for task in judge_tasks:
+            try:
+                judged.append(await task)
+            except ModelCallError as exc:
+                errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+                judged.append({"bias": None, "refusal": None, "coherence": None, "errors": []})
+    finally:
+        for task in judge_tasks:
+            task.cancel()  # a no-op for the finished ones
     for number, item in enumerate(judged, start=1):
         for message in item["errors"]:
             errors.append({"kind": "judge_error", "role": "judge", "message": f"turn {number}: {message}"})
