@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 # Imported here, before any in-process pytester run: pytester restores sys.modules after
@@ -194,9 +196,12 @@ def test_gates_of_suites_not_run_this_time_are_fine(pytester, keys, server):
     pytester.mkdir("more")
     (pytester.path / "more" / "other.yaml").write_text(GOOD_SUITE.replace("suite: demo", "suite: other"))
     pytester.makefile(".yaml", thresholds="gates:\n  - name: g\n    suite: other\n    metric: refusal_rate\n    max: 0.1\n")
-    result = pytester.runpytest("demo.yaml", *model_args(server), "-p", "no:cacheprovider")
+    result = pytester.runpytest("demo.yaml", *model_args(server), "-p", "no:cacheprovider", "--socialbias-report=r.json")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*g*other:refusal_rate*NOT_EVALUATED*"])
+    # The terminal sums such gates up in one line; the report keeps each of them.
+    result.stdout.fnmatch_lines(["*1 gate(s) of suites not run here (other): not evaluated*"])
+    gates = json.loads((pytester.path / "r.json").read_text())["gates"]
+    assert [(g["gate"], g["verdict"]) for g in gates] == [("g", "not_evaluated")]
 
 
 def test_yaml_without_marker_is_not_collected(pytester, keys, server):

@@ -119,7 +119,8 @@ def summary_lines(run) -> list[str]:
             lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
     lines.append("")
     if run.gate_results:
-        lines += gate_lines(run.gate_results)
+        ran = {r["suite"] for r in run.records} | ({"judge-check"} if run.judge_check is not None else set())
+        lines += gate_lines(run.gate_results, ran)
     else:
         lines.append("gates: none configured (add thresholds.yaml or --socialbias-thresholds)")
     lines += by_turn_tables(run.metrics)
@@ -164,9 +165,13 @@ def summary_lines(run) -> list[str]:
     return lines
 
 
-def gate_lines(results: list[dict]) -> list[str]:
+def gate_lines(results: list[dict], ran: set | None = None) -> list[str]:
+    """The gate table. Gates of suites this run did not run (``ran``) are summed up in
+    one line instead of a row each (the JSON report keeps every gate)."""
+    idle = [g for g in results if ran is not None and g["suite"] not in ran and g["verdict"] == "not_evaluated"]
+    shown = [g for g in results if g not in idle]
     rows = []
-    for g in results:
+    for g in shown:
         scope = "/".join(x for x in (g["suite"], g["category"], g["style"]) if x)
         if g["kind"] == "no_regression":
             scope += " (paired diff)"
@@ -177,10 +182,13 @@ def gate_lines(results: list[dict]) -> list[str]:
         rows.append([g["gate"], f"{scope}:{g['metric']}", value, interval, gate_bound_text(g), g["verdict"].upper()])
     failed = sum(1 for g in results if g["verdict"] == "fail")
     head = f"gates: {failed} failed of {len(results)}"
-    lines = [head] + _table(["gate", "metric", "value", "95% CI", "bound", "verdict"], rows)
-    for g in results:
+    lines = [head] + (_table(["gate", "metric", "value", "95% CI", "bound", "verdict"], rows) if rows else [])
+    for g in shown:
         if g.get("detail") and g["kind"] == "no_regression":
             lines.append(f"  {g['gate']}: {g['detail']}")
+    if idle:
+        suites = ", ".join(sorted({g["suite"] for g in idle}))
+        lines.append(f"  {len(idle)} gate(s) of suites not run here ({suites}): not evaluated")
     return lines
 
 
