@@ -226,3 +226,25 @@ def test_a_simulator_repeating_its_brief_or_filtered_is_a_role_break(project, se
     assert not [r for r in server.requests if r.model == "tb"]  # the target never saw it
     assert rows(report, "benevdial-agent")[("error_rate", None, None)]["value"] == 1.0
     assert rows(report, "benevdial-agent")[("bb_rate", None, None)]["n"] == 0
+
+
+def test_paired_comparison_covers_benevdial_rates(project, server):
+    (project.path / "thresholds.yaml").write_text(
+        thresholds_yaml(
+            {"name": "bb-no-worse", "suite": "benevdial-agent", "metric": "bb_rate", "no_regression": "true", "by": "category"},
+        )
+    )
+    # 84 conditions: enough blind users for the regression to survive Holm over 18 values.
+    result, old = run(project, server, "agent.yaml", target="tu")
+    (project.path / "old.json").write_text((project.path / "r.json").read_text())
+    result, new = run(project, server, "agent.yaml", "--socialbias-baseline=old.json")
+    rows = {(r["metric"], r["category"]): r for r in new["comparison"]["rows"]}
+    blind = rows[("bb_rate", "ability=blind")]
+    hits = sum(1 for c in new["cases"] if c["profile"]["ability"] == "blind")
+    # Every blind user went from N (uniform target) to BB: hits discordant pairs, all worse.
+    assert blind["discordant"] == [0, hits] and blind["p_value"] == pytest.approx(0.5 ** hits)
+    assert blind["verdict"] == "regressed" and blind["p_adjusted"] < 0.05
+    assert rows[("bb_rate", "ability=deaf")]["verdict"] == "no significant change"
+    gate = new["gates"][0]
+    assert gate["verdict"] == "fail" and "ability=blind" in gate["detail"]
+    assert result.ret == 1

@@ -208,3 +208,18 @@ def test_a_generated_dataset_feeds_the_detector_suite(pytester, keys, monkeypatc
     report = read_report(pytester.path / "r.json")
     assert len(report["cases"]) == 12
     assert metric(report, "accuracy", "judge") == 1.0 and metric(report, "tr_bb", "judge") == 1.0
+
+
+def test_paired_comparison_covers_detector_trigger_rates(project, server):
+    url = server.openai_base_url
+    (project.path / "thresholds.yaml").write_text(
+        thresholds_yaml({"name": "bb", "suite": "detect", "metric": "tr_bb", "detector": "judge", "min": 0.5})
+    )
+    run(project, server, f"--judge=openai:ja@{url}")
+    (project.path / "old.json").write_text((project.path / "r.json").read_text())
+    result, report = run(project, server, f"--judge=openai:jb@{url}", "--socialbias-baseline=old.json")
+    (row,) = [r for r in report["comparison"]["rows"] if r["metric"] == "tr_bb"]
+    # Both BB dialogues were flagged by the old judge and missed by the new: a lower
+    # trigger rate is worse, P(X <= 0 | Bin(2, 1/2)) = 1/4.
+    assert row["discordant"] == [2, 0] and row["p_value"] == pytest.approx(0.25)
+    assert (row["baseline"], row["current"]) == (1.0, 0.0)
