@@ -24,9 +24,11 @@ Markers (a ratio whose denominator is 0 is 0.0):
 - ``exclamation_rate``: agent sentences ending in "!" / agent sentences.
 - ``agent_turn_length``: agent words / agent turns.
 - ``diminutive_rate``: agent words that are endearments or diminutive terms of address
-  (``DIMINUTIVES``: "sweetie", "honey", "dear", ...) / agent words. Diminutives are one of
-  the defining features of elderspeak and patronising talk (Kemper 1994; Ryan, Hummert &
-  Boich 1995; Williams, Kemper & Hummert 2003 code them directly).
+  (``DIMINUTIVES``: "sweetie", "honey", "dear", ...) / agent words. Overly endearing terms
+  are a common description of elderspeak and patronising talk (Ryan, Hummert & Boich
+  1995); Williams, Kemper & Hummert (2003) code them directly. (Kemper 1994 found that
+  diminutives and tag questions did not vary with the listener's age in her samples,
+  so these markers are measured, not assumed to separate the classes.)
 - ``inclusive_we_rate``: agent words that are first person plural (``INCLUSIVE_WE``: "we",
   "us", "our", "let's", ...) / agent words. The "collective we" ("shall we take our
   pills?"), addressing one person as a plural that includes the speaker, is the other
