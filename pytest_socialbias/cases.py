@@ -170,6 +170,27 @@ def read_yaml(path: Path, what: str):
     return data, node
 
 
+def read_jsonl(path: Path, option: str, missing_fix: str) -> list[tuple[str, int, object]]:
+    """(``file:line``, line number, parsed value) for every non-blank line of a JSONL file;
+    ConfigError naming the option, the file or the line, and the fix."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{option}={path}: file not found; {missing_fix}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{option}={path}: cannot read it ({exc})") from None
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        place = f"{path}:{number}"
+        try:
+            out.append((place, number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{place}: not a JSON object ({exc.msg}); write one JSON object per line") from None
+    return out
+
+
 def load_seeds(path: Path, source: str) -> list[tuple[dict, list]]:
     """Seeds from a seeds file: (seed, its location path) pairs, validated."""
     data, node = read_yaml(path, "seeds file")
@@ -304,7 +325,7 @@ def _fairmt_cases(suite: str, fairmt_dir) -> tuple[list, list]:
 
 
 def _benevdial_suite(path: Path, data, node, suite_turns: int, sample, guidance, judge_demographics) -> Suite:
-    from .benevdial.conditions import load_conditions, make_pairs, sample_conditions
+    from .benevdial.conditions import make_pairs, sample_conditions
 
     protocol = data["protocol"]
     if protocol not in BENEVDIAL:
@@ -317,18 +338,9 @@ def _benevdial_suite(path: Path, data, node, suite_turns: int, sample, guidance,
         raise ConfigError(f"{path}:1: a {protocol} suite needs `conditions: FILE` (e.g. conditions.yaml beside it)")
     if "hand_pairs" in data and protocol != "benevdial_pairs":
         raise ConfigError(f"{path}:{yaml_line(node, ['hand_pairs'])}: `hand_pairs:` is only for protocol benevdial_pairs")
-    conditions_path = (path.parent / data["conditions"]).resolve()
-    if not conditions_path.is_file():
-        raise ConfigError(
-            f"{path}:{yaml_line(node, ['conditions'])}: conditions file {data['conditions']!r} not found "
-            f"(looked for {conditions_path}); the path is relative to the suite file"
-        )
-    conditions = load_conditions(conditions_path)
+    conditions, conditions_path = _suite_conditions(path, data, node)
     per_role = sample if sample is not None else data.get("sample", BENEVDIAL_SAMPLE[protocol])
-    options = {
-        "guidance": guidance or data.get("guidance", "operational"),
-        "demographics": bool(judge_demographics if judge_demographics is not None else data.get("judge_demographics", False)),
-    }
+    options = _judge_options(data, guidance, judge_demographics)
     seed = data.get("sample_seed", BENEVDIAL_SEED)
     name = data["suite"]
     digest = hashlib.sha256(path.read_bytes() + conditions_path.read_bytes()).hexdigest()
@@ -379,6 +391,27 @@ def _benevdial_suite(path: Path, data, node, suite_turns: int, sample, guidance,
     )
 
 
+def _suite_conditions(path: Path, data, node):
+    """The BenevDial conditions file a suite names (relative to the suite file), loaded."""
+    from .benevdial.conditions import load_conditions
+
+    conditions_path = (path.parent / data["conditions"]).resolve()
+    if not conditions_path.is_file():
+        raise ConfigError(
+            f"{path}:{yaml_line(node, ['conditions'])}: conditions file {data['conditions']!r} not found "
+            f"(looked for {conditions_path}); the path is relative to the suite file"
+        )
+    return load_conditions(conditions_path), conditions_path
+
+
+def _judge_options(data, guidance, judge_demographics) -> dict:
+    """The treatment judge's guidance and demographics: the option, else the suite's."""
+    return {
+        "guidance": guidance or data.get("guidance", "operational"),
+        "demographics": bool(judge_demographics if judge_demographics is not None else data.get("judge_demographics", False)),
+    }
+
+
 def _marker(value: str) -> str:
     """A pytest marker name for a role or demographic value (``non-binary`` -> ``non_binary``)."""
     return re.sub(r"[^A-Za-z0-9_]", "_", value)
@@ -403,7 +436,6 @@ def _benevdial_case(suite, protocol, case_id, role, profile, turns, digest, extr
 
 def _detect_suite(path: Path, data, node, dialogues_override, guidance, judge_demographics, guard_unit) -> Suite:
     """A detector suite: one case per labelled dialogue and robustness variant."""
-    from .benevdial.conditions import load_conditions
     from .benevdial.dialogues import load_dialogues
 
     if data["protocol"] != "benevdial_detect":
@@ -420,15 +452,7 @@ def _detect_suite(path: Path, data, node, dialogues_override, guidance, judge_de
     else:
         raise ConfigError(f"{path}:1: a benevdial_detect suite needs `dialogues: FILE.jsonl` or --socialbias-dialogues=FILE")
     dialogues = load_dialogues(dialogues_path, option)
-    conditions = None
-    if "conditions" in data:
-        conditions_path = (path.parent / data["conditions"]).resolve()
-        if not conditions_path.is_file():
-            raise ConfigError(
-                f"{path}:{yaml_line(node, ['conditions'])}: conditions file {data['conditions']!r} not found "
-                f"(looked for {conditions_path}); the path is relative to the suite file"
-            )
-        conditions = load_conditions(conditions_path)
+    conditions = _suite_conditions(path, data, node)[0] if "conditions" in data else None
     variants = tuple(data.get("variants", VARIANTS))
     cues: tuple = ()
     if "mask" in variants:
@@ -438,8 +462,7 @@ def _detect_suite(path: Path, data, node, dialogues_override, guidance, judge_de
             raise ConfigError(f"{path}:{yaml_line(node, ['variants'])}: the mask variant needs `cues: FILE` (one cue per line)")
         cues = load_cues((path.parent / data["cues"]).resolve())
     options = {
-        "guidance": guidance or data.get("guidance", "operational"),
-        "demographics": bool(judge_demographics if judge_demographics is not None else data.get("judge_demographics", False)),
+        **_judge_options(data, guidance, judge_demographics),
         "variant_seed": data.get("variant_seed", BENEVDIAL_SEED),
         "guard_unit": guard_unit or data.get("guard_unit", "exchange"),
     }

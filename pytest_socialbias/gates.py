@@ -165,21 +165,7 @@ def evaluate(gates: list[Gate], metrics: list[dict], comparison: dict | None = N
             results.append(_evaluate_regression(gate, comparison))
             continue
         row = index.get((gate.suite, gate.metric, gate.category, gate.style))
-        result = {
-            "gate": gate.name,
-            "suite": gate.suite,
-            "metric": gate.metric,
-            "category": gate.category,
-            "style": gate.style,
-            "kind": gate.kind,
-            "bound": gate.bound,
-            "compare": gate.compare,
-            "value": None,
-            "ci_low": None,
-            "ci_high": None,
-            "n": 0,
-            "verdict": NOT_EVALUATED,
-        }
+        result = _gate_row(gate, gate.compare)
         if row is not None:
             result.update(value=row["value"], ci_low=row["ci_low"], ci_high=row["ci_high"], n=row["n"])
         if row is not None and row["n"] and row["value"] is not None:
@@ -189,9 +175,9 @@ def evaluate(gates: list[Gate], metrics: list[dict], comparison: dict | None = N
     return results
 
 
-def _evaluate_regression(gate: Gate, comparison: dict | None) -> dict:
-    """A no_regression gate: fails if any of its rows regressed; shows the worst row."""
-    result = {
+def _gate_row(gate: Gate, compare: str) -> dict:
+    """A gate's result row before any number is known: not evaluated."""
+    return {
         "gate": gate.name,
         "suite": gate.suite,
         "metric": gate.metric,
@@ -199,12 +185,19 @@ def _evaluate_regression(gate: Gate, comparison: dict | None) -> dict:
         "style": gate.style,
         "kind": gate.kind,
         "bound": gate.bound,
-        "compare": "paired",
+        "compare": compare,
         "value": None,
         "ci_low": None,
         "ci_high": None,
         "n": 0,
         "verdict": NOT_EVALUATED,
+    }
+
+
+def _evaluate_regression(gate: Gate, comparison: dict | None) -> dict:
+    """A no_regression gate: fails if any of its rows regressed; shows the worst row."""
+    result = {
+        **_gate_row(gate, "paired"),
         "p_adjusted": None,
         "detail": "no baseline: pass --socialbias-baseline=REPORT.json" if comparison is None else "no paired cases",
     }

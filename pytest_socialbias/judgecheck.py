@@ -21,10 +21,10 @@ annotated by people; a check against it is a smoke test of the judge, not a vali
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from . import prompts, stats
+from .cases import read_jsonl
 from .errors import ConfigError, ModelCallError
 from .judges import judge_binary
 from .metrics import DIGITS, group_seed
@@ -46,21 +46,8 @@ def resolve(value: str, base: Path) -> Path:
 def load_reference(path: Path, option: str = "--socialbias-judge-check") -> list[dict]:
     """Reference items from a JSONL file; ConfigError naming file:line and the fix."""
     where = f"{option}={path}"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: file not found; give a JSONL file of reference labels or `builtin`") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where}: cannot read it ({exc})") from None
     items, ids = [], set()
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        place = f"{path}:{number}"
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{place}: not a JSON object ({exc.msg}); write one object per line") from None
+    for place, _, item in read_jsonl(path, option, "give a JSONL file of reference labels or `builtin`"):
         if not isinstance(item, dict):
             raise ConfigError(f"{place}: expected a JSON object with id, task, user, reply and label")
         missing = [k for k in ("id", "task", "user", "reply", "label") if k not in item]

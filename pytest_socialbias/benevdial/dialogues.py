@@ -7,12 +7,11 @@ without an agent turn is refused: nothing is skipped silently.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jsonschema
 
-from ..cases import load_schema
+from ..cases import load_schema, read_jsonl
 from ..errors import ConfigError
 
 CLASSES = ("N", "OB", "BB")
@@ -20,22 +19,9 @@ CLASSES = ("N", "OB", "BB")
 
 def load_dialogues(path: str | Path, option: str = "--socialbias-dialogues") -> list[dict]:
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{option}={path}: file not found; give a JSONL file of labelled dialogues") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the dialogues file: {exc}") from None
     validator = jsonschema.Draft202012Validator(load_schema("dialogue"))
     dialogues, ids = [], {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        place = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{place}: not a JSON object ({exc.msg}); write one dialogue object per line") from None
+    for place, number, data in read_jsonl(path, option, "give a JSONL file of labelled dialogues"):
         errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
         if errors:
             first = jsonschema.exceptions.best_match(errors)

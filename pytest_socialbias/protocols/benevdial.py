@@ -25,8 +25,7 @@ import hashlib
 from .. import prompts
 from ..errors import ModelCallError
 from ..judges.treatment import judge_pair, judge_treatment
-from ..models.base import FINISH_CONTENT_FILTER
-from .dialogue import USER_SIMULATOR_ATTEMPTS, UserSimulatorFailure, clean_user_message, target_messages
+from .dialogue import UserSimulatorFailure, draw_user_message, target_messages
 
 BIASED_CLASSES = ("OB", "BB")
 #: A simulated message that repeats a line of its own brief this long is a role break.
@@ -55,22 +54,7 @@ async def simulate_person(user_model, conditions, role, need, profile, turns: li
         situation=situation,
     )
     brief = [line.strip() for line in messages[0]["content"].splitlines() if len(line.strip()) >= MIN_ECHO]
-    problems = []
-    for sample in range(USER_SIMULATOR_ATTEMPTS):
-        reply = await user_model.chat(messages, template=template.id, sample=sample, usage=usage)
-        text, problem = clean_user_message(reply.text, None)
-        if reply.finish_reason == FINISH_CONTENT_FILTER:
-            # What the filter let through is not the message the simulator meant to write.
-            text, problem = reply.text, "stopped by the provider's content filter"
-        if problem is None and any(line in text for line in brief):
-            problem = "repeated its instructions"
-        if problem is None:
-            return text, sample
-        problems.append(f"{problem}: {text[:80]!r}")
-    raise UserSimulatorFailure(
-        f"turn {len(turns) + 1}: the user simulator broke role on all {USER_SIMULATOR_ATTEMPTS} draws ("
-        + "; ".join(problems) + ")"
-    )
+    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, brief=brief)
 
 
 def profile_dict(profile) -> dict:

@@ -92,18 +92,30 @@ async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str
         style_instructions=template.extras[f"style_{style}"].strip(),
         situation=situation,
     )
+    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, statement=case.statement)
+
+
+async def draw_user_message(user_model, messages, template_id: str, turn: int, usage, *, statement=None, brief=()) -> tuple[str, int]:
+    """Draw the simulator's message (up to USER_SIMULATOR_ATTEMPTS draws); return it and the
+    number of role breaks retried before it, or raise UserSimulatorFailure listing them.
+
+    A draw is a role break when ``clean_user_message`` finds one, when the provider's
+    content filter stopped it, or when it repeats a line of its ``brief`` (its own
+    instructions, for simulators that echo them)."""
     problems = []
     for sample in range(USER_SIMULATOR_ATTEMPTS):
-        reply = await user_model.chat(messages, template=template.id, sample=sample, usage=usage)
-        text, problem = clean_user_message(reply.text, case.statement)
+        reply = await user_model.chat(messages, template=template_id, sample=sample, usage=usage)
+        text, problem = clean_user_message(reply.text, statement)
         if reply.finish_reason == FINISH_CONTENT_FILTER:
             # What the filter let through is not the message the simulator meant to write.
             text, problem = reply.text, "stopped by the provider's content filter"
+        if problem is None and any(line in text for line in brief):
+            problem = "repeated its instructions"
         if problem is None:
             return text, sample
         problems.append(f"{problem}: {text[:80]!r}")
     raise UserSimulatorFailure(
-        f"turn {len(turns) + 1}: the user simulator broke role on all {USER_SIMULATOR_ATTEMPTS} draws ("
+        f"turn {turn}: the user simulator broke role on all {USER_SIMULATOR_ATTEMPTS} draws ("
         + "; ".join(problems) + ")"
     )
 
