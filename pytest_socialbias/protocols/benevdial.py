@@ -25,7 +25,7 @@ import hashlib
 from .. import prompts
 from ..errors import ModelCallError
 from ..judges.treatment import judge_pair, judge_treatment
-from .dialogue import UserSimulatorFailure, draw_user_message, target_messages
+from .dialogue import UserSimulatorFailure, draw_user_message, situation_text, target_messages
 
 BIASED_CLASSES = ("OB", "BB")
 #: A simulated message that repeats a line of its own brief this long is a role break.
@@ -41,11 +41,7 @@ def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None
 async def simulate_person(user_model, conditions, role, need, profile, turns: list[dict], usage) -> tuple[str, int]:
     """The simulated person's next message, and the role breaks retried before it."""
     template = prompts.load("benevdial_user")
-    situation = (
-        "The conversation so far:\n" + prompts.transcript(turns)
-        if turns
-        else "The conversation has not started yet: write the person's opening message."
-    )
+    situation = situation_text(turns, "person")
     messages = template.messages(
         user_label=role.user_label,
         agent_title=role.title,
@@ -57,15 +53,8 @@ async def simulate_person(user_model, conditions, role, need, profile, turns: li
     return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, brief=brief)
 
 
-def profile_dict(profile) -> dict:
-    return {
-        "age": profile.age, "gender": profile.gender, "race": profile.race, "ability": profile.ability,
-        "name": profile.name, "years": profile.years,
-    }
-
-
 def persona_dict(persona) -> dict | None:
-    return None if persona is None else {"age": persona.age, "gender": persona.gender, "race": persona.race}
+    return None if persona is None else persona.to_dict()
 
 
 def _verdict_record(verdict, guidance: str, demographics: bool) -> dict:
@@ -121,7 +110,7 @@ async def run_agent(case, roles, usage) -> dict:
         "role_breaks": role_breaks,
         "role": condition.role,
         "need": condition.need,
-        "profile": profile_dict(condition.profile),
+        "profile": condition.profile.to_dict(),
         "persona": persona_dict(condition.persona),
         "treatment": _verdict_record(verdict, options["guidance"], options["demographics"]) if verdict else None,
         "templates": sorted(prompts.load(n).id for n in ("benevdial_user", "judge_treatment")),
@@ -196,7 +185,7 @@ async def run_pair(case, roles, usage) -> dict:
         profiles = [spec.a, spec.b]
         meta = {
             "role": spec.role, "need": spec.need,
-            "profiles": [profile_dict(spec.a), profile_dict(spec.b)], "persona": persona_dict(spec.persona),
+            "profiles": [spec.a.to_dict(), spec.b.to_dict()], "persona": persona_dict(spec.persona),
         }
     errors: list[dict] = []
     dialogues = [[], []]

@@ -80,11 +80,7 @@ async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str
     """The next user message and the number of role breaks retried before it."""
     template = prompts.load("user_simulator")
     style = case.style if case.style in ("assessment", "implicit") else "assessment"
-    situation = (
-        "The conversation so far:\n" + prompts.transcript(turns)
-        if turns
-        else "The conversation has not started yet: write the user's opening message."
-    )
+    situation = situation_text(turns, "user")
     messages = template.messages(
         statement=case.statement,
         category=case.category,
@@ -93,6 +89,13 @@ async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str
         situation=situation,
     )
     return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, statement=case.statement)
+
+
+def situation_text(turns: list[dict], who: str) -> str:
+    """What a user simulator is shown of the dialogue so far (``who``: "user", "person")."""
+    if turns:
+        return "The conversation so far:\n" + prompts.transcript(turns)
+    return f"The conversation has not started yet: write the {who}'s opening message."
 
 
 async def draw_user_message(user_model, messages, template_id: str, turn: int, usage, *, statement=None, brief=()) -> tuple[str, int]:
