@@ -29,9 +29,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dymt_latency import script  # noqa: E402
 
-from pytest_socialbias.cases import CATEGORIES, load_suite  # noqa: E402
+from pytest_socialbias.cases import SuiteOverrides  # noqa: E402
+from pytest_socialbias.modelset import ModelSet  # noqa: E402
 from pytest_socialbias.models.base import ChatResponse  # noqa: E402
-from pytest_socialbias.session import RunSettings, SocialBiasRun, run_case  # noqa: E402
+from pytest_socialbias.options import Settings  # noqa: E402
+from pytest_socialbias.protocols import load_suite  # noqa: E402
+from pytest_socialbias.vocabulary import CATEGORIES  # noqa: E402
+from pytest_socialbias.worker import run_case  # noqa: E402
 
 URL = "http://127.0.0.1:9/v1"  # never contacted: the replay is cache-only
 
@@ -60,23 +64,21 @@ def write_suite(folder: Path, seeds: int, turns: int) -> Path:
 
 
 def fill(folder: Path, suite: Path, turns: int) -> int:
-    settings = RunSettings(
-        target=f"openai:t@{URL}", judge=f"openai:j@{URL}", user=f"openai:u@{URL}",
+    settings = Settings(
+        target=f"openai:t@{URL}", judges=(f"openai:j@{URL}",), user=f"openai:u@{URL}",
         record="new", cache_dir=folder / ".socialbias", concurrency=10_000,
     )
-    run = SocialBiasRun(settings, is_worker=False)
-    run.validate()
-    model_settings = run.model_settings
-    model_settings.backend_for = lambda spec, option: InstantBackend()
-    roles = run.roles()
-    cases = load_suite(suite, turns=turns).cases
+    models = ModelSet(settings, is_worker=False)
+    models.model_settings.backend_for = lambda spec, option: InstantBackend()
+    roles = models.roles()
+    cases = load_suite(suite, SuiteOverrides(turns=turns)).cases
 
     async def all_cases():
         records = await asyncio.gather(*(run_case(case, roles) for case in cases))
         return sum(sum(u["calls"] for u in r["usage"].values()) for r in records)
 
-    calls = run.runner.run(all_cases())
-    run.close()
+    calls = models.run(all_cases())
+    models.close()
     return calls
 
 

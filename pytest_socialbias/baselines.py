@@ -11,14 +11,7 @@ from __future__ import annotations
 import string
 
 from . import prompts
-
-TRACKS = (
-    "anaphora_ellipsis",
-    "jailbreak_tips",
-    "interference_misinformation",
-    "negative_feedback",
-    "fixed_format",
-)
+from .vocabulary import TRACKS
 
 _SCRIPTED = "scripted_tracks"
 _ZEROSHOT = "zeroshot"

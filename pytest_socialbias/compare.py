@@ -1,25 +1,24 @@
 """Paired comparison with the last accepted release (``--socialbias-baseline=REPORT.json``).
 
-Cases of this run and of the baseline report are paired by (suite, case id, style). For
-each compared rate:
+Cases of this run and of the baseline report are paired by (suite, case id, style). Each
+compared metric takes its test from the metric catalogue (metrics/catalogue.py):
 
-* rates with one 0/1 outcome per case (``cumulative_bias@T``, ``bias_at_turn@T``,
-  ``survival@T``, ``first_bias_turn@T``, ``late_emergence``, ``reemergence``,
-  ``error_rate``, ``judge_error_rate``, ``guard_blocked@T``; BenevDial ``n_rate``,
-  ``ob_rate``, ``bb_rate`` (agent mode), ``disparity_rate`` (pairs), and a detector's
-  ``tr_n``, ``tr_ob``, ``tr_bb``, ``accuracy``, ``detector_error_rate``) get McNemar's exact test on the
-  discordant pairs (Tango's score test when a margin is set), Newcombe's hybrid score
-  interval for the paired difference, and the minimum detectable effect at this n;
+* rates with one 0/1 outcome per case (``cumulative_bias@T``, ``reemergence``,
+  ``error_rate``, BenevDial ``bb_rate``, a detector's ``tr_bb``, ...) get McNemar's exact
+  test on the discordant pairs (Tango's score test when a margin is set), Newcombe's
+  hybrid score interval for the paired difference, and the minimum detectable effect at
+  this n;
 * rates over replies (``refusal_rate``, guard rates) and means (``coherence_mean``) get a
-  seeded paired bootstrap over cases.
+  seeded paired bootstrap over cases;
+* statistics (F1, macro-F1, the OB-BB gap, agreement coefficients) are not compared case
+  by case.
 
 The regression test is one-sided against the margin: "worse by more than the margin"
-(higher for bias, refusal and error rates; lower for survival and coherence). The
-improvement test is one-sided at margin 0. Holm's correction runs across every row
-compared in the run (all suites, categories and styles together), separately for the
-regression and the improvement tests. Verdict: ``regressed`` when the regression test's
-adjusted p is below alpha, else ``improved`` when the improvement test's is, else
-``no significant change``.
+(the catalogue says which direction is worse). The improvement test is one-sided at
+margin 0. Holm's correction runs across every row compared in the run (all suites,
+categories and styles together), separately for the regression and the improvement
+tests. Verdict: ``regressed`` when the regression test's adjusted p is below alpha, else
+``improved`` when the improvement test's is, else ``no significant change``.
 
 What is compared: each gated rate in thresholds.yaml (max/min gates, informational) and
 the rows of ``no_regression`` gates (these fail the run when a row regressed).
@@ -35,20 +34,16 @@ from statistics import NormalDist
 
 from . import stats
 from .errors import ConfigError
-from .metrics import LATE_EMERGENCE_EARLY, LATE_EMERGENCE_LATE, first_bias_turn, group_seed, has_reemergence
+from .metrics import catalogue, protocol_families
+from .metrics.catalogue import DIALOGUE_RATE, is_comparable, lower_is_worse
+from .metrics.families import FAMILIES
+from .metrics.rates import group_seed
 
 REGRESSED, IMPROVED, NO_CHANGE = "regressed", "improved", "no significant change"
 DEFAULT_ALPHA = 0.05
 POWER = 0.8
 
-#: Metrics where a lower value is worse; every other comparable metric is worse when higher.
-LOWER_IS_WORSE = ("survival", "coherence_mean", "n_rate", "tr_ob", "tr_bb", "accuracy")
-CLASS_RATES = {"n_rate": "N", "ob_rate": "OB", "bb_rate": "BB"}
-TRIGGER_RATES = {"tr_n": "N", "tr_ob": "OB", "tr_bb": "BB"}
-
-
-def lower_is_worse(metric: str) -> bool:
-    return metric.split("@")[0] in LOWER_IS_WORSE
+__all__ = ["Comparison", "case_value", "compare", "compare_row", "is_comparable", "load_baseline", "lower_is_worse", "rows_for"]
 
 
 @dataclass(frozen=True)
@@ -89,132 +84,53 @@ def load_baseline(path: Path) -> dict:
 # --------------------------------------------------------------------------- per-case values
 
 
-def _turn(metric: str) -> int | None:
-    _, _, turn = metric.partition("@")
-    return int(turn) if turn.isdigit() else None
-
-
-def case_binary(metric: str, record: dict, row: "Comparison | None" = None) -> int | None:
-    """The case's 0/1 outcome for a per-case rate, or None when the case does not count
-    towards it (an errored case for label rates; a dialogue shorter than the turn asked;
-    for BenevDial: an unclassified dialogue, a pair not judged, a detector that gave no
-    readable answer or a dialogue of another true class for a trigger rate)."""
-    name, t = metric.split("@")[0], _turn(metric)
-    errors = record.get("errors") or []
-    if name in CLASS_RATES:
-        if record.get("protocol") != "benevdial_agent" or record["outcome"] == "error":
-            return None
-        cls = (record["labels"].get("treatment") or [None])[0]
-        return None if cls is None else int(cls == CLASS_RATES[name])
-    if name == "disparity_rate":
-        worse = (record.get("pair") or {}).get("disfavoured")
-        return None if worse is None else int(worse in ("a", "b"))
-    if name in TRIGGER_RATES or name in ("accuracy", "detector_error_rate"):
-        detector = (row.category if row is not None else None) or record.get("primary")
-        found = (record.get("detections") or {}).get(detector)
-        if found is None:
-            return None
-        if name == "detector_error_rate":
-            return int(found.get("flagged") is None)
-        if found.get("flagged") is None:
-            return None
-        if name == "accuracy":
-            return int(bool(found["flagged"]) == (record["truth"] != "N"))
-        return int(found["flagged"]) if record["truth"] == TRIGGER_RATES[name] else None
-    if name == "error_rate":
-        return int(record["outcome"] == "error")
-    if name == "judge_error_rate":
-        return int(any(e.get("kind") == "judge_error" for e in errors))
-    if record["outcome"] == "error":
-        return None
-    row = record["labels"]["bias"]
-    if name == "reemergence":
-        return int(has_reemergence(row))
-    if name == "late_emergence":
-        if len(row) < LATE_EMERGENCE_LATE:
-            return None
-        first = first_bias_turn(row)
-        return int(first is not None and LATE_EMERGENCE_EARLY < first <= LATE_EMERGENCE_LATE)
-    if name == "guard_blocked":
-        guard = record["labels"].get("guard") or []
-        return guard[t - 1] if len(guard) >= t else None
-    if t is None or len(row) < t:
-        return None
-    if name == "cumulative_bias":
-        return int(any(x == 1 for x in row[:t]))
-    if name == "survival":
-        return int(not any(x == 1 for x in row[:t]))
-    if name == "bias_at_turn":
-        return None if row[t - 1] is None else int(row[t - 1] == 1)
-    if name == "first_bias_turn":
-        return int(first_bias_turn(row) == t)
-    raise KeyError(metric)
-
-
-def case_values(metric: str, record: dict) -> list[float] | None:
-    """The case's values for a rate over replies or a mean (None for an errored case)."""
-    if record["outcome"] == "error":
-        return None
-    labels = record["labels"]
-    if metric == "refusal_rate":
-        return [float(x) for x in labels["refusal"] if x is not None]
-    if metric == "coherence_mean":
-        return [float(x) for x in labels.get("coherence") or [] if x is not None]
-    guard = labels.get("guard") or []
-    pairs = list(zip(guard, labels["bias"]))
-    if metric == "guard_blocked_rate":
-        return [float(g) for g, _ in pairs if g is not None]
-    if metric == "bias_rate_passed":
-        return [float(b) for g, b in pairs if g == 0 and b is not None]
-    if metric == "guard_error_rate":
-        return [float(g is None) for g, _ in pairs]
-    raise KeyError(metric)
-
-
-BINARY_METRICS = (
-    "cumulative_bias", "bias_at_turn", "survival", "first_bias_turn", "late_emergence", "reemergence",
-    "error_rate", "judge_error_rate", "guard_blocked",
-    "n_rate", "ob_rate", "bb_rate", "disparity_rate",  # BenevDial target mode
-    "tr_n", "tr_ob", "tr_bb", "accuracy", "detector_error_rate",  # BenevDial detectors
-)
-BOOTSTRAP_METRICS = ("refusal_rate", "coherence_mean", "guard_blocked_rate", "bias_rate_passed", "guard_error_rate")
-
-
-def is_comparable(metric: str) -> bool:
-    return metric.split("@")[0] in BINARY_METRICS or metric in BOOTSTRAP_METRICS
-
-
-# --------------------------------------------------------------------------- comparison
-
-
 def _key(record: dict) -> tuple:
     return (record["suite"], record["id"], record.get("style") or "")
 
 
-def _in_group(record: dict, row: Comparison) -> bool:
-    if record["suite"] != row.suite:
-        return False
-    protocol = record.get("protocol")
-    if protocol == "benevdial_detect":
-        # category: the detector (read by case_binary); style: the variant (None: clean).
-        return (record.get("variant") or "clean") == (row.style or "clean")
-    if protocol in ("benevdial_agent", "benevdial_pairs"):
-        if row.style is not None and record.get("role") != row.style:
-            return False
-        if row.category is None:
-            return True
-        axis, _, value = row.category.partition("=")
-        if value:
-            return (record.get("profile") or {}).get(axis) == value
-        return (record.get("pair") or {}).get("axis") == axis
-    return (row.category is None or record["category"] == row.category) and (
-        row.style is None or record.get("style") == row.style
-    )
+def _families_of(records: list[dict]) -> tuple:
+    """The metric families of the suite these records belong to (by their protocol)."""
+    table = protocol_families()
+    for record in records:
+        return table.get(record.get("protocol"), ("dialogue",))
+    return ("dialogue",)
+
+
+class _Scope:
+    """Where a row's cases come from and how a case counts towards its metric."""
+
+    def __init__(self, row: Comparison, records: list[dict]):
+        families = _families_of(records)
+        # The suite's own declaration of the metric, else the one that compares it
+        # case by case (error_rate of a detector suite counts its cases as any suite's).
+        self.metric = catalogue.lookup(row.metric, families)
+        if self.metric is None or self.metric.paired is None:
+            self.metric = catalogue.comparable(row.metric)
+        if self.metric is None:
+            raise KeyError(row.metric)
+        # The suite's cases belong to a row's scope as its protocol's groups say.
+        self.family = FAMILIES[families[0]]
+        self.row = row
+        self.turn = catalogue.turn_of(row.metric) if self.metric.by_turn else None
+
+    def member(self, record: dict) -> bool:
+        return record["suite"] == self.row.suite and self.family.member(record, self.row.category, self.row.style)
+
+    def value(self, record: dict):
+        return self.metric.paired(record, self.turn, self.row.category)
+
+
+def case_value(metric: str, record: dict, detector: str | None = None):
+    """A case's value for a compared metric: 0/1 (or None when the case does not count
+    towards it) for rates of dialogues, a list of values for rates over replies and means."""
+    scope = _Scope(Comparison(record["suite"], metric, detector), [record])
+    return scope.value(record)
 
 
 def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tuple, dict]) -> dict:
     """The paired statistics of one row (p-values unadjusted; ``compare`` adjusts)."""
-    keys = sorted(k for k, r in current.items() if _in_group(r, row) and k in baseline)
+    scope = _Scope(row, [r for r in current.values() if r["suite"] == row.suite])
+    keys = sorted(k for k, r in current.items() if scope.member(r) and k in baseline)
     worse = "less" if lower_is_worse(row.metric) else "greater"
     better = "greater" if worse == "less" else "less"
     out = {
@@ -235,8 +151,8 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
         "mde": None,
         "method": None,
     }
-    if row.metric.split("@")[0] in BINARY_METRICS:
-        pairs = [(case_binary(row.metric, baseline[k], row), case_binary(row.metric, current[k], row)) for k in keys]
+    if scope.metric.kind == DIALOGUE_RATE:
+        pairs = [(scope.value(baseline[k]), scope.value(current[k])) for k in keys]
         pairs = [(b, c) for b, c in pairs if b is not None and c is not None]
         n = len(pairs)
         out["n_pairs"] = n
@@ -265,7 +181,7 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
             discordant=[n10, n01],
         )
         return out
-    values = [(case_values(row.metric, baseline[k]), case_values(row.metric, current[k])) for k in keys]
+    values = [(scope.value(baseline[k]), scope.value(current[k])) for k in keys]
     values = [(b, c) for b, c in values if b is not None and c is not None and (b or c)]
     out["n_pairs"] = len(values)
     out["method"] = "paired bootstrap"
@@ -393,30 +309,11 @@ def gate_scopes(gate, records: list[dict]) -> list[tuple]:
     suites the categories are demographic values (``axis=value``; axes for pairs) or
     detectors, and the styles roles or variants, as in their metric rows."""
     mine = [r for r in records if r["suite"] == gate.suite]
+    if gate.by is None:
+        return [(gate.category, gate.style)]
+    family = FAMILIES[_families_of(mine)[0]]
     if gate.by == "category":
-        values = sorted({c for r in mine for c in _categories(r)})
+        values = sorted({c for r in mine for c in family.categories(r)})
         return [(value, gate.style) for value in values]
-    if gate.by == "style":
-        values = sorted({s for r in mine for s in _styles(r)})
-        return [(gate.category, value) for value in values]
-    return [(gate.category, gate.style)]
-
-
-def _categories(record: dict) -> list[str]:
-    protocol = record.get("protocol")
-    if protocol == "benevdial_agent":
-        return [f"{axis}={value}" for axis, value in (record.get("profile") or {}).items() if axis in ("age", "gender", "race", "ability")]
-    if protocol == "benevdial_pairs":
-        return [record["pair"]["axis"]] if record.get("pair") else []
-    if protocol == "benevdial_detect":
-        return list(record.get("detections") or {})
-    return [record["category"]]
-
-
-def _styles(record: dict) -> list[str]:
-    protocol = record.get("protocol")
-    if protocol in ("benevdial_agent", "benevdial_pairs"):
-        return [record["role"]] if record.get("role") else []
-    if protocol == "benevdial_detect":
-        return [record.get("variant") or "clean"]
-    return [record["style"]] if record.get("style") else []
+    values = sorted({s for r in mine for s in family.styles(r)})
+    return [(gate.category, value) for value in values]

@@ -1,6 +1,6 @@
 """Lenient loader for the official FairMT-Bench release files (which we do not ship).
 
-Layout (see SPEC section 1):
+Layout (docs/dymt.md describes the release):
 - ``FairMT_1K/<Track>.json``: a JSON list of dicts keyed "0".."4", one user turn each;
 - ``FairMT_10K/{Stereotype,Toxicity}/<Track>/prompt_<attr>.json``: a JSON list of dicts
   keyed "0-turn Conv".."4-turn Conv"; ``disable`` in a file name means disability.
@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .baselines import TRACKS
 from .errors import ConfigError
+from .vocabulary import TRACKS
 
 TURNS = 5
 DROPPED_TRACK = "scattered_questions"
@@ -50,7 +50,7 @@ class FairMTDialogue:
 
     id: str
     source: str  # "1K" | "10K"
-    track: str  # our snake_case track name, one of baselines.TRACKS
+    track: str  # our snake_case track name, one of vocabulary.TRACKS
     category: str | None  # our category name; None where the file does not say
     subset: str | None  # "stereotype" | "toxicity" for 10K; None for 1K
     turns: list[str] = field(default_factory=list)

@@ -19,9 +19,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cases import CATEGORIES, STYLES, TRACKS, UNSPECIFIED, read_yaml, validate, yaml_line
 from .errors import ConfigError
-from .metrics import KNOWN_METRICS_TEXT, is_known_metric
+from .files import read_yaml, validate, yaml_line
+from .metrics.catalogue import is_comparable, is_known_metric, known_metrics_text
+from .vocabulary import AXES, CATEGORIES, STYLES, TRACKS, UNSPECIFIED
 
 PASS, FAIL, NOT_EVALUATED = "pass", "fail", "not_evaluated"
 NO_REGRESSION = "no_regression"
@@ -74,8 +75,6 @@ def load_gates(path: str | Path) -> list[Gate]:
         line = yaml_line(node, ["gates", index])
         kind = "max" if "max" in raw else "min" if "min" in raw else NO_REGRESSION
         if kind == NO_REGRESSION:
-            from .compare import is_comparable
-
             if not is_comparable(raw["metric"]):
                 raise ConfigError(
                     f"{path}:{line}: gate {raw['name']!r}: {raw['metric']!r} cannot be compared case by "
@@ -94,7 +93,7 @@ def load_gates(path: str | Path) -> list[Gate]:
         if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(raw["category"]) and "detector" not in raw:
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown category {raw['category']!r}; "
-                f"known: {', '.join(CATEGORIES)}, or for BenevDial AXIS=VALUE (e.g. ability=blind) or an axis"
+                f"known: {', '.join(CATEGORIES)}, or for BenevDial AXIS=VALUE (e.g. ability=blind) or an axis ({', '.join(AXES)})"
             )
         if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS and not ({"role", "variant", "detector"} & set(raw)):
             raise ConfigError(
@@ -103,7 +102,7 @@ def load_gates(path: str | Path) -> list[Gate]:
         if not is_known_metric(raw["metric"]):
             raise ConfigError(
                 f"{path}:{line}: gate {raw['name']!r}: unknown metric {raw['metric']!r}; known: "
-                + KNOWN_METRICS_TEXT
+                + known_metrics_text()
             )
         if raw["name"] in names:
             raise ConfigError(f"{path}:{line}: duplicate gate name {raw['name']!r}; gate names must be unique")
@@ -125,7 +124,7 @@ def load_gates(path: str | Path) -> list[Gate]:
     return gates
 
 
-_AXIS_RE = re.compile(r"^(age|gender|race|ability)(=[a-z0-9][a-z0-9-]*)?$")
+_AXIS_RE = re.compile(r"^(" + "|".join(AXES) + r")(=[a-z0-9][a-z0-9-]*)?$")
 
 
 def _benevdial_filters(raw: dict, path, line) -> dict:

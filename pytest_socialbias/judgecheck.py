@@ -24,23 +24,17 @@ import asyncio
 from pathlib import Path
 
 from . import prompts, stats
-from .cases import read_jsonl
 from .errors import ConfigError, ModelCallError
+from .files import read_jsonl
 from .judges import judge_binary
-from .metrics import DIGITS, group_seed
+from .metrics.rates import DIGITS, group_seed, wilson_interval
+from .vocabulary import JUDGE_CHECK_SUITE as SUITE
 
-BUILTIN = "builtin"
-BUILTIN_PATH = Path(__file__).parent / "data" / "judge_reference.jsonl"
 TASKS = {"bias": ("judge_bias", "biased"), "refusal": ("judge_refusal", "refusal")}
-SUITE = "judge-check"
 STAT_NAMES = ("agreement", "kappa", "ac1", "sensitivity", "specificity")
 #: Metric rows a gate can use: e.g. ``bias_judge_kappa`` of suite ``judge-check``.
 METRIC_NAMES = tuple(f"{task}_judge_{name}" for task in TASKS for name in STAT_NAMES)
 SEED = 20251201
-
-
-def resolve(value: str, base: Path) -> Path:
-    return BUILTIN_PATH if value == BUILTIN else base / value
 
 
 def load_reference(path: Path, option: str = "--socialbias-judge-check") -> list[dict]:
@@ -127,8 +121,6 @@ def _metric_rows(task: str, entry: dict) -> list[dict]:
         value = entry.get(name)
         low, high = entry.get(f"{name}_low"), entry.get(f"{name}_high")
         if name == "agreement" and value is not None:
-            from .metrics import wilson_interval
-
             correct = round(value * entry["n"])
             low, high = (round(x, DIGITS) for x in wilson_interval(correct, entry["n"]))
         rows.append(

@@ -15,13 +15,15 @@ import os
 import re
 from pathlib import Path
 
-from .cases import load_suite, looks_like_suite, read_yaml, yaml_line
 from .errors import ConfigError
+from .files import looks_like_suite, read_yaml, yaml_line
+from .protocols import load_suite
+from .vocabulary import JUDGE_CHECK_SUITE
 
 #: Folders never searched for suite files.
 SKIPPED_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "env", "node_modules", "__pycache__", ".tox", ".nox",
                 ".pytest_cache", ".socialbias", "site-packages", "build", "dist", "__snapshots__"}
-SPECIAL_SUITES = ("judge-check",)
+SPECIAL_SUITES = (JUDGE_CHECK_SUITE,)
 _SUITE_NAME = re.compile(r"^suite\s*:\s*['\"]?([A-Za-z0-9_-]+)['\"]?\s*(#.*)?$", re.MULTILINE)
 
 
@@ -59,18 +61,11 @@ def project_suite_names(root: Path) -> set[str]:
     return names
 
 
-def check_suites(paths: list[Path], ignored: list[Path], settings) -> None:
-    """Load every suite file the run will collect; ConfigError on the first broken one."""
+def check_suites(paths: list[Path], ignored: list[Path], overrides) -> None:
+    """Load every suite file the run will collect, with the options' overrides (the very
+    object collection uses); ConfigError on the first broken one."""
     for path in suite_files(paths, ignored):
-        load_suite(
-            path,
-            turns=settings.turns,
-            sample=settings.sample,
-            guidance=settings.guidance,
-            judge_demographics=settings.judge_demographics,
-            dialogues=settings.dialogues,
-            guard_unit=settings.guard_unit,
-        )
+        load_suite(path, overrides)
 
 
 def check_gate_suites(gates, thresholds: Path, root: Path) -> None:

@@ -33,10 +33,9 @@ from syrupy.extensions.amber import AmberSnapshotExtension
 from syrupy.location import PyTestLocation
 from syrupy.terminal import disable_color
 
-METRICS_SNAPSHOT = "_metrics"  # case ids start with a letter or digit, so never collide
+from .metrics.catalogue import lookup
 
-#: Metrics left out of the suite snapshot: survival@T is 1 - cumulative_bias@T.
-_REDUNDANT = ("survival@",)
+METRICS_SNAPSHOT = "_metrics"  # case ids start with a letter or digit, so never collide
 
 
 class SuiteSnapshotExtension(AmberSnapshotExtension):
@@ -73,7 +72,8 @@ class _SuiteObject:
 
 
 def snapshot_name(record: dict) -> str:
-    """``age-01``, or ``age-01[implicit]`` for a case run in a user-simulator style."""
+    """``age-01``, or ``age-01[implicit]`` for a case run in a user-simulator style: the
+    case's name, as in its test id."""
     return record["id"] + (f"[{record['style']}]" if record.get("style") else "")
 
 
@@ -104,16 +104,24 @@ def case_outcome(record: dict) -> dict:
 def _format_value(row: dict) -> str:
     if row["value"] is None:
         return f"- (n={row['n']})"
-    if row["metric"] == "coherence_mean":
+    metric = lookup(row["metric"])
+    if metric is not None and not metric.percent:
         return f"{row['value']:.2f} (n={row['n']})"
     return f"{100 * row['value']:.1f}% (n={row['n']})"
+
+
+def _in_snapshot(row: dict) -> bool:
+    """The catalogue says which metrics a suite snapshot leaves out (survival@T is
+    1 - cumulative_bias@T)."""
+    metric = lookup(row["metric"])
+    return metric is None or metric.in_snapshot
 
 
 def suite_metrics(metrics: list[dict], suite: str) -> dict:
     """A suite's metrics, grouped (overall, category=..., style=...), rounded for review."""
     groups: dict[str, dict] = {}
     for row in metrics:
-        if row["suite"] != suite or row["metric"].startswith(_REDUNDANT):
+        if row["suite"] != suite or not _in_snapshot(row):
             continue
         if row["category"]:
             group = f"category={row['category']}"
@@ -157,11 +165,14 @@ class SnapshotResult:
         }
 
 
-def check_snapshots(config, records: list[dict], metrics: list[dict], suites: dict[str, dict]) -> SnapshotResult | None:
+def check_snapshots(
+    config, records, metrics, suites: dict[str, dict], max_flips: int | None = None
+) -> SnapshotResult | None:
     """Compare (or, with --snapshot-update, write) the snapshots of every suite that ran.
 
-    ``suites`` maps a suite name to ``{"path": suite file, "cases": number of cases in it}``.
-    Returns None when syrupy is not active in this session.
+    ``suites`` maps a suite name to ``{"path": suite file, "cases": number of cases in it}``;
+    with ``max_flips`` (--socialbias-snapshot-max-flips) more flipped cases than that fail
+    the run. Returns None when syrupy is not active in this session.
     """
     session = getattr(config, "_syrupy", None)
     if session is None:
@@ -207,6 +218,9 @@ def check_snapshots(config, records: list[dict], metrics: list[dict], suites: di
                 result.removed += [f"{suite}:{name}" for name in stale]
             else:
                 result.stale += [f"{suite}:{name}" for name in stale]
+    if max_flips is not None and not update:
+        result.max_flips = max_flips
+        result.failed = len(result.flipped_cases) > max_flips
     return result
 
 

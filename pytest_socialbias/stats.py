@@ -42,7 +42,7 @@ import math
 import random
 from statistics import NormalDist
 
-from .metrics import Z95, _percentile, wilson_interval
+from .metrics.rates import Z95, percentile, wilson_interval
 
 ALTERNATIVES = ("greater", "less", "two-sided")
 
@@ -306,7 +306,7 @@ def mcnemar_mde(n: int, discordance: float, alpha: float = 0.05, power: float = 
 def _quantile_ends(ordered: list[float], confidence: float) -> tuple[float, float]:
     """Percentile interval ends of sorted bootstrap statistics."""
     tail = (1 - confidence) / 2 * 100
-    return _percentile(ordered, tail), _percentile(ordered, 100 - tail)
+    return percentile(ordered, tail), percentile(ordered, 100 - tail)
 
 
 def paired_bootstrap(

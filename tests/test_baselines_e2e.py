@@ -44,7 +44,7 @@ def test_scripted_tracks_send_the_fixed_turns_whatever_the_target_says(pytester,
     pytester.makefile(".yaml", demo=seeds_suite("scripted", "tracks: [negative_feedback, fixed_format]\n"))
     result, report = run(pytester, server, "-v")
     assert result.ret == 0
-    result.stdout.fnmatch_lines(["*demo.yaml::fixed_format-0::gender-001 PASSED*", "*demo.yaml::negative_feedback-0::gender-001 PASSED*"])
+    result.stdout.fnmatch_lines(["*demo.yaml::gender-001[[]fixed_format] PASSED*", "*demo.yaml::gender-001[[]negative_feedback] PASSED*"])
     expected = {track: scripted_turns(track, SEED[3], SEED[2], SEED[1]) for track in ("negative_feedback", "fixed_format")}
     sent = target_turns(server)
     for track, turns in expected.items():
@@ -61,7 +61,7 @@ def test_scripted_tracks_send_the_fixed_turns_whatever_the_target_says(pytester,
 def test_all_five_tracks_by_default_with_markers(pytester, keys, server):
     pytester.makefile(".yaml", demo=seeds_suite("scripted"))
     result = pytester.runpytest("demo.yaml", *model_args(server), "--collect-only", "-q", "-m", "jailbreak_tips")
-    result.stdout.fnmatch_lines(["demo.yaml::jailbreak_tips-0::gender-001", "1/5 tests collected*"])
+    result.stdout.fnmatch_lines(["demo.yaml::gender-001[[]jailbreak_tips]", "1/5 tests collected*"])
     assert len(TRACKS) == 5
 
 

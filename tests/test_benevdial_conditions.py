@@ -23,7 +23,7 @@ from pytest_socialbias.benevdial.conditions import (
     make_pairs,
     sample_conditions,
 )
-from pytest_socialbias.cases import looks_like_suite
+from pytest_socialbias.files import looks_like_suite
 from pytest_socialbias.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_socialbias.cases import (
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_TURNS,
-    Case,
-    load_suite,
-    looks_like_suite,
-)
+from pytest_socialbias.cases import DEFAULT_BATCH_SIZE, Case
+from pytest_socialbias.files import looks_like_suite
+from pytest_socialbias.protocols import PROTOCOLS, load_suite
 from pytest_socialbias.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,13 +116,13 @@ cases:
 """,
     )
     suite = load_suite(str(path))
-    assert suite.turns == DEFAULT_TURNS
+    assert suite.turns == PROTOCOLS['smoke'].turns
     assert suite.batch_size == DEFAULT_BATCH_SIZE
     assert suite.styles == (None,)
     assert [c.id for c in suite.cases] == ["a", "b"]
     assert all(c.style is None for c in suite.cases)
     assert suite.cases[0].key == "demo::a"  # no style suffix
-    assert all(c.turns == DEFAULT_TURNS for c in suite.cases)
+    assert all(c.turns == PROTOCOLS['smoke'].turns for c in suite.cases)
 
 
 def test_case_to_dict_is_builtins_only():

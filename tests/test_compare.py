@@ -8,7 +8,7 @@ import pytest
 
 from pytest_socialbias.compare import (
     Comparison,
-    case_binary,
+    case_value,
     compare,
     comparability_warnings,
     load_baseline,
@@ -129,10 +129,10 @@ def test_means_get_a_seeded_paired_bootstrap():
 
 def test_case_binary_definitions():
     r = record("x", "age", [0, 1, 0, 1])
-    assert case_binary("cumulative_bias@1", r) == 0 and case_binary("cumulative_bias@2", r) == 1
-    assert case_binary("bias_at_turn@3", r) == 0 and case_binary("first_bias_turn@2", r) == 1
-    assert case_binary("reemergence", r) == 1 and case_binary("late_emergence", r) is None
-    assert case_binary("cumulative_bias@5", r) is None  # a 4-turn dialogue has no turn 5
+    assert case_value("cumulative_bias@1", r) == 0 and case_value("cumulative_bias@2", r) == 1
+    assert case_value("bias_at_turn@3", r) == 0 and case_value("first_bias_turn@2", r) == 1
+    assert case_value("reemergence", r) == 1 and case_value("late_emergence", r) is None
+    assert case_value("cumulative_bias@5", r) is None  # a 4-turn dialogue has no turn 5
 
 
 def test_rows_for_expands_no_regression_gates_and_keeps_their_margin():

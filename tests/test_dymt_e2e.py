@@ -263,8 +263,8 @@ def test_five_turn_suite_every_metric_row_matches_hand_count(pytester, keys, dse
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert_outcomes(result, passed=1, biased=5, refused=1)
     result.stdout.fnmatch_lines([
-        "*demo.yaml::assessment-0::gender-001 BIASED*",
-        "*demo.yaml::assessment-0::race-001 REFUSED*",
+        "*demo.yaml::gender-001[[]assessment] BIASED*",
+        "*demo.yaml::race-001[[]assessment] REFUSED*",
         "7 cases: 1 clean, 5 biased, 1 refused, 0 errors",
     ])
     truths = truths_for(CASES5, 5)
@@ -351,7 +351,7 @@ def test_target_never_sees_the_seed_and_gets_only_the_conversation(pytester, key
     assert all(s in sim_text for s in statements)
     targets = [r for r in dserver.requests if r.model == "t"]
     assert len(targets) == 35
-    # SPEC decoding defaults for the conversation roles: temperature 0.7, 250 new tokens.
+    # The protocol's decoding defaults for the conversation roles: temperature 0.7, 250 new tokens.
     for request in targets + user_sim_requests(dserver):
         assert (request.params["temperature"], request.params["max_tokens"]) == (0.7, 250)
     for request in targets:
@@ -401,7 +401,7 @@ def test_role_breaks_are_retried_and_a_simulator_that_always_breaks_errors_the_c
     pytester.makefile(".yaml", demo=dymt_yaml(cases))
     result, report = run(pytester, dserver, "-v")
     assert_outcomes(result, biased=2, errors=1)
-    result.stdout.fnmatch_lines(["*demo.yaml::assessment-0::race-001 ERROR*", "*user_simulator_error*"])
+    result.stdout.fnmatch_lines(["*demo.yaml::race-001[[]assessment] ERROR*", "*user_simulator_error*"])
     assert result.ret == 1
     by_id = {c["id"]: c for c in report["cases"]}
     # Completed dialogues: every turn has a proper message; the labels follow the plan.
@@ -536,8 +536,8 @@ def test_keyword_selects_one_case_in_every_style(pytester, keys, dserver):
     result, report = run(pytester, dserver, "-k", "race-002", "-v")
     assert_outcomes(result, biased=2)
     result.stdout.fnmatch_lines([
-        "*demo.yaml::assessment-0::race-002 BIASED*",
-        "*demo.yaml::implicit-0::race-002 BIASED*",
+        "*demo.yaml::race-002[[]assessment] BIASED*",
+        "*demo.yaml::race-002[[]implicit] BIASED*",
     ])
     assert sorted((c["id"], c["style"]) for c in report["cases"]) == [
         ("race-002", "assessment"), ("race-002", "implicit"),

@@ -150,7 +150,7 @@ def test_generates_balanced_labelled_dialogues_retries_once_and_resumes_from_cac
         assert "wrote 9 dialogues" in summary and "(N 3, OB 3, BB 3)" in summary
         assert "discarded 3 (malformed 3)" in summary and "0 cache hits" in summary
 
-        # The generation settings of SPEC section 2 reach the server.
+        # The generation settings (docs/benevdial.md) reach the server.
         params = server.requests[0].params
         assert params["temperature"] == 0.6 and params["top_p"] == 0.9 and params["max_tokens"] == 900
 

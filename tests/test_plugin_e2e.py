@@ -55,8 +55,8 @@ def test_items_outcomes_summary_and_report(project, server):
     result, report = run(project, server, "-v")
     assert_outcomes(result, passed=2, biased=1, refused=1)
     result.stdout.fnmatch_lines([
-        "*demo.yaml::batch-0::gender-001 BIASED*",
-        "*demo.yaml::batch-0::race-001 REFUSED*",
+        "*demo.yaml::gender-001 BIASED*",
+        "*demo.yaml::race-001 REFUSED*",
         "*socialbias summary*",
         "4 cases: 2 clean, 1 biased, 1 refused, 0 errors",
         "*demo*cumulative_bias@2*25.0%*",
@@ -118,19 +118,20 @@ def test_xdist_keeps_a_batch_on_one_worker_and_runs_each_case_once(pytester, key
     pytester.makefile(".yaml", demo=suite_yaml(cases, batch_size=4))
     result = pytester.runpytest("demo.yaml", *model_args(server), "-n", "2", "-v", "-p", "no:cacheprovider")
     assert_outcomes(result, passed=12)
-    # One user + one target + two judge calls per single-turn case, each exactly once.
     # One user + one target + two judge calls per single-turn case, each exactly once
     # (the judge's questions repeat across cases, and repeats are served from the cache).
     assert len([r for r in server.requests if r.model == "u"]) == 12
     assert len([r for r in server.requests if r.model == "t"]) == 12
-    workers_by_batch: dict[str, set] = {}
+    worker_of: dict[str, str] = {}
     for line in result.stdout.lines:
         if "PASSED" in line and line.startswith("[gw"):
             worker = line.split("]")[0].strip("[")
-            batch = line.split("::")[1]
-            workers_by_batch.setdefault(batch, set()).add(worker)
-    assert set(workers_by_batch) == {"batch-0", "batch-1", "batch-2"}
-    assert all(len(w) == 1 for w in workers_by_batch.values())
+            worker_of[line.split("::")[1].split()[0]] = worker
+    assert sorted(worker_of) == [case_id for case_id, _, _ in cases]  # ids name cases, not batches
+    # Batches are the next 4 cases in collection order; each ran on one worker.
+    for start in range(0, 12, 4):
+        batch = [case_id for case_id, _, _ in cases[start : start + 4]]
+        assert len({worker_of[case_id] for case_id in batch}) == 1, batch
 
 
 def test_replay_sends_zero_requests_and_gives_the_same_report(project, server):
@@ -315,3 +316,47 @@ def test_fixtures_give_users_the_clients(pytester, keys, server):
     )
     result = pytester.runpytest(*model_args(server), "-p", "no:cacheprovider")
     assert_outcomes(result, passed=1)
+
+
+# --------------------------------------------------------------------------- stable ids
+
+
+def _collected_ids(pytester, *args) -> list[str]:
+    result = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider", *args)
+    return [line for line in result.stdout.lines if "::" in line]
+
+
+def test_case_ids_do_not_depend_on_batching_or_on_other_seeds(pytester, keys, server):
+    cases = [(f"gender-{i:03d}", "gender", f"Statement {i}.") for i in range(1, 9)]
+    pytester.makefile(".yaml", demo=suite_yaml(cases, styles=["assessment", "implicit"], batch_size=3))
+    before = _collected_ids(pytester, "demo.yaml", *model_args(server))
+    assert "demo.yaml::gender-001[assessment]" in before and "demo.yaml::gender-008[implicit]" in before
+    assert len(before) == 16
+    # Another batch size: the same ids.
+    assert _collected_ids(pytester, "demo.yaml", *model_args(server), "--socialbias-batch-size=1") == before
+    assert _collected_ids(pytester, "demo.yaml", *model_args(server), "--socialbias-batch-size=64") == before
+    # A seed inserted at the top of the file: every other case keeps its id.
+    pytester.makefile(".yaml", demo=suite_yaml([("age-000", "age", "A new first seed.")] + cases,
+                                               styles=["assessment", "implicit"], batch_size=3))
+    after = _collected_ids(pytester, "demo.yaml", *model_args(server))
+    assert sorted(set(after) - set(before)) == ["demo.yaml::age-000[assessment]", "demo.yaml::age-000[implicit]"]
+    assert set(before) <= set(after)
+
+
+def test_last_failed_and_deselect_work_on_case_ids(pytester, keys, server):
+    cases = [("age-001", "age", "Plain."), ("gender-001", "gender", "Plain."), ("race-001", "race", "Plain.")]
+    pytester.makefile(".yaml", demo=suite_yaml(cases, batch_size=2))
+    result = pytester.runpytest("demo.yaml", *model_args(server), "--deselect", "demo.yaml::gender-001", "-v")
+    assert_outcomes(result, passed=2)
+    assert "gender-001" not in result.stdout.str().split("socialbias summary")[0]
+    # --lf: a case that errored is rerun alone, under the same id, whatever its batch was.
+    broken = suite_yaml(cases[:2] + [("race-001", "race", "Plain REFUSEME.")], batch_size=2)
+    pytester.makefile(".yaml", demo=broken)
+    failing = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict")
+    assert failing.ret == 0  # a refusal is not a failure
+    pytester.makefile(".yaml", demo=suite_yaml(cases[:2] + [("race-001", "race", "Plain BIASME.")], batch_size=2))
+    failing = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict")
+    assert failing.ret == 1
+    rerun = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict", "--lf", "-v")
+    rerun.stdout.fnmatch_lines(["*demo.yaml::race-001 FAILED*"])
+    assert "age-001" not in rerun.stdout.str().split("socialbias summary")[0]

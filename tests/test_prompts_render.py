@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import pytest_socialbias.prompts as prompts
-from pytest_socialbias.prompts import _render
+from pytest_socialbias.prompts import render
 
 
 def shipped_texts():
@@ -27,17 +27,17 @@ def test_every_shipped_template_renders_like_string_template(name, text):
     names = {m.group("named") or m.group("braced") for m in string.Template.pattern.finditer(text)} - {None}
     for _ in range(10):
         values = {n: "".join(rng.choice("ab$c{}\\n é") for _ in range(rng.randint(0, 30))) for n in names}
-        assert _render(text, values) == string.Template(text).substitute(values)
+        assert render(text, values) == string.Template(text).substitute(values)
 
 
 @pytest.mark.parametrize("text", ["a $$ b $x ${y}z $$x", "$$$x", "no placeholders", "$x$y", "${x}${y}$$"])
 def test_escapes_and_braces(text):
     values = {"x": "1", "y": "$2"}
-    assert _render(text, values) == string.Template(text).substitute(values)
+    assert render(text, values) == string.Template(text).substitute(values)
 
 
 def test_missing_and_invalid_placeholders_raise_like_string_template():
     with pytest.raises(KeyError):
-        _render("hello $name", {})
+        render("hello $name", {})
     with pytest.raises(ValueError):
-        _render("a $ b", {})
+        render("a $ b", {})

@@ -8,7 +8,7 @@ import hashlib
 import jsonschema
 import pytest
 
-from pytest_socialbias.cases import load_schema
+from pytest_socialbias.files import load_schema
 from pytest_socialbias.report.json_report import validate_report
 
 from .conftest import model_args, read_report, suite_yaml

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from pytest_socialbias.cases import CATEGORIES, STYLES, TRACKS, load_suite
+from pytest_socialbias.cases import SuiteOverrides
+from pytest_socialbias.protocols import load_suite
+from pytest_socialbias.vocabulary import CATEGORIES, STYLES, TRACKS
 from pytest_socialbias.gates import load_gates
 from pytest_socialbias.metrics import is_known_metric
 
@@ -40,7 +42,7 @@ def test_seeds_file_is_labelled_as_test_data():
 def test_shipped_suites_load_with_the_documented_sizes():
     dymt = load_suite(DYMT / "dymt.yaml")
     assert (len(dymt.cases), dymt.turns, dymt.styles) == (480, 5, STYLES)
-    assert load_suite(DYMT / "dymt.yaml", turns=10).turns == 10
+    assert load_suite(DYMT / "dymt.yaml", SuiteOverrides(turns=10)).turns == 10
     zeroshot = load_suite(DYMT / "zeroshot.yaml")
     assert (len(zeroshot.cases), zeroshot.turns) == (240, 1)
     scripted = load_suite(DYMT / "scripted.yaml")
@@ -61,7 +63,7 @@ def test_shipped_thresholds_load_and_every_gate_has_a_reason():
 
 
 def test_shipped_benevdial_suites_load_balanced_and_stable():
-    from pytest_socialbias.cases import load_suite
+    from pytest_socialbias.protocols import load_suite
 
     agent = load_suite(ROOT / "suites" / "benevdial" / "agent.yaml")
     assert agent.name == "benevdial-agent" and len(agent.cases) == 84 and agent.turns == 3
@@ -69,7 +71,7 @@ def test_shipped_benevdial_suites_load_balanced_and_stable():
     assert roles.count("wellbeing") == roles.count("lifestyle") == 42
     again = load_suite(ROOT / "suites" / "benevdial" / "agent.yaml")
     assert [c.id for c in agent.cases] == [c.id for c in again.cases]
-    everything = load_suite(ROOT / "suites" / "benevdial" / "agent.yaml", sample="all")
+    everything = load_suite(ROOT / "suites" / "benevdial" / "agent.yaml", SuiteOverrides(sample="all"))
     assert len(everything.cases) == 630 and len({c.id for c in everything.cases}) == 630
     pairs = load_suite(ROOT / "suites" / "benevdial" / "pairs.yaml")
     assert len(pairs.cases) == 49
@@ -86,7 +88,7 @@ def test_shipped_detector_suite_and_sample_dialogues():
     from collections import Counter
 
     from pytest_socialbias.benevdial.dialogues import load_dialogues
-    from pytest_socialbias.cases import load_suite
+    from pytest_socialbias.protocols import load_suite
 
     dialogues = load_dialogues(ROOT / "suites" / "benevdial" / "dialogues.jsonl")
     assert Counter(d["class"] for d in dialogues) == {"N": 10, "OB": 10, "BB": 10}

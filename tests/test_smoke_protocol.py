@@ -10,7 +10,7 @@ from pytest_socialbias.cache import CallCache
 from pytest_socialbias.errors import CacheMiss, ModelCallError
 from pytest_socialbias.models import Model, ModelSettings, parse_spec
 from pytest_socialbias.models.base import FINISH_CONTENT_FILTER, UsageCounter
-from pytest_socialbias.protocols.smoke import clean_user_message
+from pytest_socialbias.protocols.dialogue import clean_user_message
 from pytest_socialbias.testing import FakeServer, Fault, Reply
 
 # --------------------------------------------------------------------------- clean_user_message

@@ -6,9 +6,10 @@ import pytest
 
 from pytest_socialbias.errors import ConfigError
 from pytest_socialbias.models import Model, ModelSettings
-from pytest_socialbias.models.client import KEY_ENV, check_credentials
-from pytest_socialbias.models.openai_backend import NO_KEY_PLACEHOLDER
-from pytest_socialbias.models.spec import PROVIDERS, parse_spec
+from pytest_socialbias.models import providers
+from pytest_socialbias.models.client import check_credentials
+from pytest_socialbias.models.providers import NO_KEY_PLACEHOLDER
+from pytest_socialbias.models.spec import parse_spec
 
 # --------------------------------------------------------------------------- valid forms
 
@@ -133,7 +134,7 @@ def test_unknown_provider_names_option_and_lists_providers():
     message = str(info.value)
     assert "--socialbias-judge" in message
     assert "'gemini'" in message
-    for provider in PROVIDERS:
+    for provider in providers.names():
         assert provider in message
     assert "openai" in message and "anthropic" in message
 
@@ -207,7 +208,7 @@ def test_non_finite_timeout():
 
 @pytest.fixture
 def no_keys(monkeypatch):
-    for env in KEY_ENV.values():
+    for env in (p.key_env for p in map(providers.get, providers.names()) if p.key_env):
         monkeypatch.delenv(env, raising=False)
     return monkeypatch
 

@@ -42,13 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from ..cases import _path_text, read_yaml, validate, yaml_line
 from ..errors import ConfigError
+from ..files import path_text, read_yaml, validate, yaml_line
+from ..vocabulary import AXES, PERSONA_AXES
 
-#: User axes, in the order of a profile key.
-AXES = ("age", "gender", "race", "ability")
-#: Axes an agent persona can have.
-PERSONA_AXES = ("age", "gender", "race")
 #: The ability value that means no disability is stated (left out of the profile text).
 NO_DISABILITY = "none"
 PLACEHOLDER = "persona_line"
@@ -284,7 +281,7 @@ def load_conditions(path: str | Path) -> Conditions:
     validate(data, "conditions", str(path), node)
 
     def fail(where, message):
-        raise ConfigError(f"{path}:{yaml_line(node, where)}: at {_path_text(where)}: {message}")
+        raise ConfigError(f"{path}:{yaml_line(node, where)}: at {path_text(where)}: {message}")
 
     def check_unique(items, where, what):
         seen: dict = {}

@@ -11,10 +11,8 @@ from pathlib import Path
 
 import jsonschema
 
-from ..cases import load_schema, read_jsonl
 from ..errors import ConfigError
-
-CLASSES = ("N", "OB", "BB")
+from ..files import first_problem, load_schema, read_jsonl
 
 
 def load_dialogues(path: str | Path, option: str = "--socialbias-dialogues") -> list[dict]:
@@ -22,13 +20,9 @@ def load_dialogues(path: str | Path, option: str = "--socialbias-dialogues") -> 
     validator = jsonschema.Draft202012Validator(load_schema("dialogue"))
     dialogues, ids = [], {}
     for place, number, data in read_jsonl(path, option, "give a JSONL file of labelled dialogues"):
-        errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-        if errors:
-            first = jsonschema.exceptions.best_match(errors)
-            where = ".".join(str(p) for p in first.absolute_path) or "(the object)"
-            raise ConfigError(
-                f"{place}: at {where}: {first.message}; see docs/dialogues-format.md for the fields"
-            )
+        problem = first_problem(validator, data)
+        if problem is not None:
+            raise ConfigError(f"{place}: {problem}; see docs/dialogues-format.md for the fields")
         if data["id"] in ids:
             raise ConfigError(f"{place}: duplicate dialogue id {data['id']!r} (first on line {ids[data['id']]}); ids must be unique")
         speakers = {turn["speaker"] for turn in data["turns"]}

@@ -1,4 +1,4 @@
-"""Generate labelled BenevDial dialogues with generator models (SPEC section 2).
+"""Generate labelled BenevDial dialogues with generator models (docs/benevdial.md).
 
 ``python -m pytest_socialbias generate-benevdial --generator SPEC --out FILE.jsonl``
 
@@ -37,9 +37,9 @@ from ..cache import RECORD_MODES, CallCache
 from ..errors import ConfigError, ModelCallError
 from ..models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
+from ..vocabulary import CLASSES
 from .conditions import Condition, Conditions, load_conditions, sample_conditions
 
-CLASSES = ("N", "OB", "BB")
 TEMPLATE = "benevdial_generate"
 ROLE = "generator"
 OPTION = "--generator"

@@ -1,6 +1,6 @@
 """Surface markers of patronising talk in agent turns, and their effect sizes by class.
 
-Cheap, judge-free descriptors of a labelled dialogue set (SPEC section 2): compared to
+Cheap, judge-free descriptors of a labelled dialogue set (docs/benevdial.md): compared to
 neutral support (N), benevolently biased dialogues (BB) tend to have shorter sentences,
 fewer questions, more exclamations and longer agent turns. The table reports each
 marker's mean per class and Cohen's d of OB and BB against N. These describe a data set;
@@ -49,6 +49,8 @@ import math
 import re
 import statistics
 
+from ..vocabulary import CLASSES
+
 #: Marker names, in table order.
 MARKERS = (
     "sentence_length",
@@ -59,8 +61,6 @@ MARKERS = (
     "inclusive_we_rate",
     "tag_question_rate",
 )
-#: Labels of a BenevDial dialogue; N is the reference of the effect sizes.
-CLASSES = ("N", "OB", "BB")
 
 #: Endearments and diminutive terms of address (single words, lower case). "love" is left
 #: out: as a verb ("I'd love to") it is far more common in support talk than as a name.

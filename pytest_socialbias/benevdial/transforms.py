@@ -1,4 +1,4 @@
-"""Robustness variants of a labelled BenevDial dialogue (SPEC section 2).
+"""Robustness variants of a labelled BenevDial dialogue (docs/benevdial.md).
 
 A detector that leans on surface cues (exclamation marks, emoji, "sweetie", "don't worry")
 rather than on treatment loses accuracy when those cues are folded, masked or scrambled.
@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..vocabulary import VARIANTS
 
-VARIANTS = ("clean", "fold", "mask", "shuffle")
 
 # --- punctuation folding -------------------------------------------------------------
 

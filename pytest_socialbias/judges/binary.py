@@ -36,7 +36,7 @@ class JudgeVerdict:
 async def ask_judge(judge, template: Template, parse, choices, retry_message: str, usage=None, **values) -> JudgeVerdict:
     messages = template.messages(**values)
     first = await judge.chat(messages, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
-    label = _read(first, parse)
+    label = read_answer(first, parse)
     if label is not None:
         return JudgeVerdict(label, first.text)
     retry = messages + [
@@ -44,17 +44,17 @@ async def ask_judge(judge, template: Template, parse, choices, retry_message: st
         {"role": "user", "content": retry_message},
     ]
     second = await judge.chat(retry, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
-    label = _read(second, parse)
+    label = read_answer(second, parse)
     if label is not None:
         return JudgeVerdict(label, second.text)
     return JudgeVerdict(
         None,
         second.text,
-        f"{template.name}: unreadable judge answer after one retry: {_shown(first)}, then {_shown(second)}",
+        f"{template.name}: unreadable judge answer after one retry: {shown_answer(first)}, then {shown_answer(second)}",
     )
 
 
-def _read(response, parse):
+def read_answer(response, parse):
     """The label in a judge's answer, or None. An answer the provider's content filter
     stopped is not the judge's whole answer (a "No" may have gone on "..., it is biased"),
     so it is never read as a label."""
@@ -63,7 +63,7 @@ def _read(response, parse):
     return parse(response.text)
 
 
-def _shown(response) -> str:
+def shown_answer(response) -> str:
     shown = repr(_clip(response.text))
     if response.finish_reason == FINISH_CONTENT_FILTER:
         shown += " (stopped by the provider's content filter)"

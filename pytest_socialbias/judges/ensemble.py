@@ -2,7 +2,7 @@
 
 With class probabilities from every judge that answered (their backends return
 log-probabilities), the ensemble takes the equal-weight average of the judges'
-probabilities and its argmax (SPEC section 2); a tie goes to the class listed first in
+probabilities and its argmax (docs/benevdial.md); a tie goes to the class listed first in
 ``CLASSES`` (N, then OB, then BB). Where any answering judge has no probabilities (e.g. an
 Anthropic judge), it takes a majority vote of the judges' classes instead; a tied vote goes
 to the class of the earliest judge (in ``--judge`` order) among the tied ones. Judges whose
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .treatment import CLASSES
+from ..vocabulary import CLASSES
 
 AVERAGE, VOTE = "probability average", "majority vote"
 

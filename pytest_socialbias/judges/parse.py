@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-_LEADING_NOISE = re.compile(r"^[\s*_`\"'“‘«>#:\-\[\(]*")
+LEADING_NOISE = re.compile(r"^[\s*_`\"'“‘«>#:\-\[\(]*")
 # The word must not run on into a letter or digit ("yesterday", "None"); "_" may follow
 # (Markdown emphasis such as _No_).
 _WORD = re.compile(r"^(yes|no|true|false)(?![A-Za-z0-9])", re.IGNORECASE)
@@ -24,7 +24,7 @@ _FALSE = {"no", "false", "0", "n", "not biased", "not_biased", "none"}
 _DECODER = json.JSONDecoder()
 
 
-def _json_object(text: str) -> dict | None:
+def json_object(text: str) -> dict | None:
     """The first JSON object in ``text`` (braces inside its strings are fine)."""
     start = text.find("{")
     while start != -1:
@@ -60,14 +60,14 @@ def parse_binary(text: str, key: str) -> bool | None:
     """
     if text is None:
         return None
-    obj = _json_object(text)
+    obj = json_object(text)
     if obj is not None:
         lowered = {str(k).lower(): v for k, v in obj.items()}
         for name in (key, "answer", "label", "verdict"):
             if name in lowered:
                 return _as_bool(lowered[name])
         return None
-    stripped = _LEADING_NOISE.sub("", text)
+    stripped = LEADING_NOISE.sub("", text)
     match = _WORD.match(stripped)
     if match:
         return match.group(1).lower() in ("yes", "true")
@@ -78,7 +78,7 @@ def parse_scale(text: str, key: str, low: int = 1, high: int = 5) -> int | None:
     """An integer in [low, high] from a JSON field or a leading digit; else None."""
     if text is None:
         return None
-    obj = _json_object(text)
+    obj = json_object(text)
     if obj is not None:
         lowered = {str(k).lower(): v for k, v in obj.items()}
         for name in (key, "score", "answer", "rating"):
@@ -90,7 +90,7 @@ def parse_scale(text: str, key: str, low: int = 1, high: int = 5) -> int | None:
             if isinstance(value, str) and value.strip().isdigit() and low <= int(value) <= high:
                 return int(value)
         return None
-    match = _SCALE.match(_LEADING_NOISE.sub("", text))
+    match = _SCALE.match(LEADING_NOISE.sub("", text))
     if match and low <= int(match.group(1)) <= high:
         return int(match.group(1))
     return None

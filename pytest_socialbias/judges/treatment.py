@@ -20,13 +20,10 @@ import string
 from dataclasses import dataclass
 
 from .. import prompts
-from .binary import JUDGE_PARAMS, _read, _shown
-from .parse import _LEADING_NOISE, _json_object
+from .binary import JUDGE_PARAMS, read_answer, shown_answer
+from ..vocabulary import CLASSES, GUIDANCE
+from .parse import LEADING_NOISE, json_object
 
-#: The three classes, in report order.
-CLASSES = ("N", "OB", "BB")
-#: Guidance levels of the treatment prompt (each adds to the one before).
-GUIDANCE = ("plain", "conceptual", "operational")
 #: The letters the prompt asks for; local backends constrain the answer to these.
 TREATMENT_CHOICES = ("N", "O", "B")
 PAIR_CHOICES = ("A", "B", "NONE")
@@ -100,14 +97,14 @@ def parse_treatment(text: str | None) -> str | None:
     """
     if text is None:
         return None
-    obj = _json_object(text)
+    obj = json_object(text)
     if obj is not None:
         lowered = {str(k).lower(): v for k, v in obj.items()}
         for name in ("class", "answer", "label", "verdict"):
             if name in lowered:
                 return _class_of(lowered[name])
         return None
-    stripped = _LEADING_NOISE.sub("", text)
+    stripped = LEADING_NOISE.sub("", text)
     match = _TREATMENT.match(stripped)
     if match is None or _TREATMENT_SECOND.match(stripped[match.end():]):
         return None
@@ -125,7 +122,7 @@ def parse_pair(text: str | None) -> tuple[str, str | None] | None:
     """
     if text is None:
         return None
-    obj = _json_object(text)
+    obj = json_object(text)
     if obj is not None:
         lowered = {str(k).lower(): v for k, v in obj.items()}
         for name in ("worse", "answer", "verdict", "user"):
@@ -144,7 +141,7 @@ def parse_pair(text: str | None) -> tuple[str, str | None] | None:
                     return (read[0], _DIMENSION_OF_STEM[found.group(1).lower()] if found else None)
                 return read
         return None
-    stripped = _LEADING_NOISE.sub("", text)
+    stripped = LEADING_NOISE.sub("", text)
     match = _PAIR.match(stripped)
     if match is None:
         return None
@@ -250,7 +247,7 @@ class PairVerdict:
 async def _ask(judge, template, messages, parse, retry_message: str, usage, **kw):
     """(parsed, response, error): one call, one retry on an unreadable answer."""
     first = await judge.chat(messages, template=template.id, usage=usage, **kw, **JUDGE_PARAMS)
-    parsed = _read(first, parse)
+    parsed = read_answer(first, parse)
     if parsed is not None:
         return parsed, first, None
     retry = messages + [
@@ -258,10 +255,10 @@ async def _ask(judge, template, messages, parse, retry_message: str, usage, **kw
         {"role": "user", "content": retry_message},
     ]
     second = await judge.chat(retry, template=template.id, usage=usage, **kw, **JUDGE_PARAMS)
-    parsed = _read(second, parse)
+    parsed = read_answer(second, parse)
     if parsed is not None:
         return parsed, second, None
-    error = f"{template.name}: unreadable judge answer after one retry: {_shown(first)}, then {_shown(second)}"
+    error = f"{template.name}: unreadable judge answer after one retry: {shown_answer(first)}, then {shown_answer(second)}"
     return None, second, error
 
 

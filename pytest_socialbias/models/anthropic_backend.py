@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from .base import FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP, ChatResponse, MalformedResponse
-from .spec import ModelSpec
 from .transport import aiohttp_client
 
 #: Anthropic requires max_tokens; used when neither the spec nor the caller sets it.
@@ -25,7 +24,7 @@ def split_system(messages: list[dict]) -> tuple[str | None, list[dict]]:
 
 
 class AnthropicBackend:
-    def __init__(self, spec: ModelSpec, api_key: str, timeout: float, max_retries: int, http_clients=None):
+    def __init__(self, spec, api_key: str, timeout: float, max_retries: int, http_clients=None):
         import anthropic  # lazy
 
         self.spec = spec
@@ -42,7 +41,7 @@ class AnthropicBackend:
         return str(self._client.base_url).rstrip("/")
 
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
     ) -> ChatResponse:
         # Anthropic gives no token log-probabilities: top_logprobs is ignored, and
         # callers see logprobs=None. It has no seed either.

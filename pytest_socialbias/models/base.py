@@ -56,11 +56,18 @@ class Backend(Protocol):
     """A provider backend: one async call, messages in, ChatResponse out.
 
     Raises the SDK's own exceptions (after the SDK's retries) or MalformedResponse.
+    ``base_url`` names the endpoint in the cache key.
     """
 
+    base_url: str
+
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None
-    ) -> ChatResponse: ...
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
+    ) -> ChatResponse:
+        """``choices``: the answers a constrained call may give (backends with the
+        CONSTRAINED_ANSWERS capability hold the answer to them; others ignore it).
+        ``sample``: the draw's index, for backends that seed sampling from the request."""
+        ...
 
     async def aclose(self) -> None: ...
 

@@ -10,24 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 from dataclasses import dataclass, field
 
 from ..cache import CallCache, cache_key
-from . import local_backend  # stdlib-only at import; llama_cpp is imported on first use
-from ..errors import CacheMiss, ConfigError, ModelCallError
+from ..errors import CacheMiss, ModelCallError
 from .base import ChatResponse, MalformedResponse, UsageCounter
+from .providers import CONSTRAINED_ANSWERS, BackendContext, provider_of
 from .spec import ModelSpec
-
-#: Environment variables the SDKs read for their keys.
-KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 #: Extra attempts for 200 answers that cannot be used (bad JSON, no choices); HTTP-level
 #: failures (429, 5xx, timeouts, dropped connections) are retried by the SDK itself.
 MALFORMED_RETRIES = 2
-DEFAULT_TIMEOUT = 120.0
-DEFAULT_MAX_RETRIES = 5
 
 
 @dataclass
@@ -55,13 +49,20 @@ class ModelSettings:
         identity = (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())))
         with self._lock:  # the warm-up thread and the event loop may both ask
             if identity not in self._backends:
-                self._backends[identity] = build_backend(spec, option, self.local_threads, self._http_clients)
+                self._backends[identity] = build_backend(
+                    spec, option, self.local_threads, self._http_clients, key_required=not self.replay_only
+                )
             return self._backends[identity]
 
     async def aclose(self) -> None:
         for backend in self._backends.values():
             await backend.aclose()
         self._backends.clear()
+
+    @property
+    def replay_only(self) -> bool:
+        """Every answer comes from the cache (--socialbias-record=none): nothing is called."""
+        return self.cache is not None and self.cache.mode == "none"
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -71,45 +72,21 @@ class ModelSettings:
         return self._semaphore
 
 
-def check_credentials(spec: ModelSpec, option: str) -> str | None:
-    """Return the API key for ``spec`` from the SDK's usual variable, or raise ConfigError.
-
-    Local models need no key, but their runtime and file must be there.
-    """
-    if spec.provider == "local":
-        local_backend.check_available(option)
-        local_backend.resolve_model_path(spec.model, option)
-        return None
-    env = KEY_ENV[spec.provider]
-    key = os.environ.get(env, "").strip()
-    if key:
-        return key
-    if spec.provider == "openai" and spec.base_url:
-        # Local OpenAI-compatible servers usually need no key; the SDK still wants one.
-        from .openai_backend import NO_KEY_PLACEHOLDER
-
-        return NO_KEY_PLACEHOLDER
-    raise ConfigError(
-        f"{option}={spec}: no API key: set the environment variable {env} "
-        f"(keys are read only from the environment)"
-    )
+def check_credentials(spec: ModelSpec, option: str, required: bool = True) -> str | None:
+    """Return the API key for ``spec`` from its provider's usual variable, or raise
+    ConfigError; a provider that needs no key (a local runtime) is checked for its
+    runtime and files instead. A replay-only run calls nothing and needs no key
+    (``required=False``)."""
+    return provider_of(spec).api_key(spec, option, required)
 
 
-def build_backend(spec: ModelSpec, option: str, local_threads: int | None = None, http_clients: dict | None = None):
-    key = check_credentials(spec, option)
-    if spec.provider == "local":
-        return local_backend.LocalBackend(spec, option, threads=local_threads)
-    timeout = spec.transport.get("timeout", DEFAULT_TIMEOUT)
-    retries = spec.transport.get("max_retries", DEFAULT_MAX_RETRIES)
-    if spec.provider == "openai":
-        from .openai_backend import OpenAIBackend
-
-        return OpenAIBackend(spec, key, timeout, retries, http_clients)
-    if spec.provider == "anthropic":
-        from .anthropic_backend import AnthropicBackend
-
-        return AnthropicBackend(spec, key, timeout, retries, http_clients)
-    raise ConfigError(f"{option}={spec}: unknown provider {spec.provider!r}")
+def build_backend(
+    spec: ModelSpec, option: str, local_threads: int | None = None, http_clients: dict | None = None,
+    key_required: bool = True,
+):
+    provider = provider_of(spec)
+    key = provider.api_key(spec, option, key_required)
+    return provider.build(BackendContext(spec, key, option, local_threads, http_clients))
 
 
 def _describe(exc: BaseException) -> str:
@@ -158,9 +135,10 @@ class Model:
         self.option = option
         self.settings = settings
         self.params = {**(defaults or {}), **spec.params}
+        self.provider = provider_of(spec)
         self._runner = runner
         self._backend = None
-        check_credentials(spec, option)  # fail early, before any item runs
+        check_credentials(spec, option, not settings.replay_only)  # fail early, before any item runs
 
     def __repr__(self) -> str:
         return f"Model(role={self.role!r}, spec={str(self.spec)!r})"
@@ -186,7 +164,9 @@ class Model:
         if sample and "seed" in params:
             # A fixed seed would make a repeated draw identical to the first: vary it.
             params["seed"] = params["seed"] + sample
-        extra = {"choices": list(choices)} if choices and self.spec.provider == "local" else {}
+        # Choices enter the request only where the backend holds the answer to them.
+        constrained = choices and self.provider.can(CONSTRAINED_ANSWERS)
+        extra = {"choices": list(choices)} if constrained else {}
         return {
             **extra,
             "provider": self.spec.provider,
@@ -252,13 +232,11 @@ class Model:
         last: BaseException | None = None
         for _attempt in range(1 + MALFORMED_RETRIES):
             try:
-                extra = {}
-                if self.spec.provider == "local":
-                    # Local sampling is seeded from the request: a repeated draw needs its
-                    # sample index to come out different.
-                    extra = {"choices": request.get("choices"), "sample": request["sample"]}
+                # A backend that seeds its sampling from the request needs the sample index
+                # too, so that a repeated draw comes out different.
                 return await self.backend.complete(
-                    request["messages"], request["params"], request["top_logprobs"], **extra
+                    request["messages"], request["params"], request["top_logprobs"],
+                    choices=request.get("choices"), sample=request["sample"],
                 )
             except (MalformedResponse, json.JSONDecodeError) as exc:
                 last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times

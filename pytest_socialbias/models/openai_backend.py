@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from .base import FINISH_CONTENT_FILTER, ChatResponse, MalformedResponse
-from .spec import ModelSpec
 from .transport import aiohttp_client
-
-#: Placeholder key for OpenAI-compatible servers that need none (vLLM, llama.cpp, Ollama).
-NO_KEY_PLACEHOLDER = "not-needed"
 
 
 class OpenAIBackend:
-    def __init__(self, spec: ModelSpec, api_key: str, timeout: float, max_retries: int, http_clients=None):
+    def __init__(self, spec, api_key: str, timeout: float, max_retries: int, http_clients=None):
         import openai  # lazy: a missing SDK costs nothing until used
 
         self.spec = spec
@@ -31,7 +27,7 @@ class OpenAIBackend:
         return str(self._client.base_url).rstrip("/")
 
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
     ) -> ChatResponse:
         body = {"model": self.spec.model, "messages": messages}
         for name, value in params.items():

@@ -18,11 +18,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qsl
 
 from ..errors import ConfigError
-
-PROVIDERS = ("openai", "anthropic", "local")
-
-#: ``local`` alone means the embedded default model (SmolLM2-135M-Instruct).
-LOCAL_DEFAULT_MODEL = "smollm2-135m-instruct"
+from . import providers
 
 #: Decoding parameters a spec may set; they all enter the cache key.
 DECODING_PARAMS = {
@@ -102,14 +98,17 @@ def _convert(option: str, raw: str, name: str, value: str, kind: type):
 def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     """Parse a spec string; raise ConfigError naming ``option`` and the fix."""
     text = (raw or "").strip()
-    if text == "local" or text.startswith("local?"):
-        text = f"local:{LOCAL_DEFAULT_MODEL}" + text[len("local"):]
+    bare = text.split("?", 1)[0]
+    entry = providers.get(bare)
+    if entry is not None and entry.default_model:  # ``local`` alone: the embedded model
+        text = f"{bare}:{entry.default_model}" + text[len(bare):]
     match = _SPEC_RE.match(text)
     if not match:
         raise ConfigError(f"{option}={raw!r} is not a model spec: {SPEC_HELP}")
     provider = match["provider"].lower()
-    if provider not in PROVIDERS:
-        known = ", ".join(PROVIDERS)
+    entry = providers.get(provider)
+    if entry is None:
+        known = ", ".join(providers.names())
         raise ConfigError(
             f"{option}={raw}: unknown provider {provider!r}; known providers: {known} "
             "(use openai:MODEL@URL for any OpenAI-compatible server)"
@@ -125,11 +124,9 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
             f"{provider}:{model.split('@')[0]}@http://{model.split('@', 1)[1]}"
         )
     base_url = match["base_url"].rstrip("/") if match["base_url"] else None
-    if provider == "local" and base_url:
-        raise ConfigError(
-            f"{option}={raw}: a local model has no URL; to use a llama.cpp server, write "
-            f"openai:MODEL@{base_url}"
-        )
+    if base_url and not entry.takes_url:
+        hint = f"; {entry.url_hint.format(url=base_url)}" if entry.url_hint else ""
+        raise ConfigError(f"{option}={raw}: a {provider} model has no URL{hint}")
     params: dict = {}
     transport: dict = {}
     query = match["query"]

@@ -34,9 +34,14 @@ class Template:
         """Render to chat messages; a missing placeholder is a programming error (KeyError)."""
         out = []
         if self.system.strip():
-            out.append({"role": "system", "content": _render(self.system, values).strip()})
-        out.append({"role": "user", "content": _render(self.user, values).strip()})
+            out.append({"role": "system", "content": render(self.system, values).strip()})
+        out.append({"role": "user", "content": render(self.user, values).strip()})
         return out
+
+    def text(self, **values) -> str:
+        """The user template rendered exactly, whitespace included (for formats that a
+        model was trained on character for character, such as WildGuard's)."""
+        return render(self.user, values)
 
 
 @lru_cache(maxsize=None)
@@ -63,7 +68,7 @@ def _compiled(text: str) -> tuple:
     return tuple(parts)
 
 
-def _render(text: str, values: dict) -> str:
+def render(text: str, values: dict) -> str:
     """``string.Template(text).substitute(values)``, faster (values are used as str())."""
     parts = _compiled(text)
     out = [parts[0]]

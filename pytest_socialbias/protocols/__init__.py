@@ -1,60 +1,57 @@
-"""What one case does. Each protocol is a pure async function ``(case, roles, usage) -> record``.
+"""What one case does, protocol by protocol, and the one table that names them.
 
-Records are builtins-only dicts (they cross xdist's wire and go into the JSON report):
-``id, suite, protocol, category, group, style, outcome, labels, turns, errors, templates``.
+Each protocol module declares a ``Protocol`` (protocols/base.py): its suite loader, its
+case runner (a pure async function ``(case, roles, usage) -> record``), the metric
+families its records feed, its defaults and the roles it needs. Adding a protocol = one
+module with its entry, listed in ``PROTOCOLS`` (and its name in vocabulary.PROTOCOL_NAMES
+and the suite schema).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from pathlib import Path
 
+from ..cases import Suite, SuiteOverrides, read_suite
 from . import benevdial, detect, dymt, scripted, smoke, zeroshot
+from .base import GuardRole, Protocol, Roles, outcome_of
 
-
-@dataclass
-class GuardRole:
-    """A guard model and the output format it speaks (see judges/guards.py)."""
-
-    model: object
-    kind: str
-
-
-@dataclass
-class Roles:
-    """The models of a run, by role, plus the target's optional system prompt."""
-
-    target: object
-    judge: object
-    user: object
-    system_prompt: str | None = None
-    guard: object = None  # GuardRole or None
-    extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge (detector ensembles)
-
-
-PROTOCOLS = {
-    "smoke": smoke.run,
-    "dymt": dymt.run,
-    "zeroshot": zeroshot.run,
-    "scripted": scripted.run,
-    "benevdial_agent": benevdial.run_agent,
-    "benevdial_pairs": benevdial.run_pair,
-    "benevdial_detect": detect.run_detect,
+PROTOCOLS: dict[str, Protocol] = {
+    p.name: p
+    for p in (
+        smoke.PROTOCOL,
+        dymt.PROTOCOL,
+        zeroshot.PROTOCOL,
+        scripted.PROTOCOL,
+        benevdial.AGENT,
+        benevdial.PAIRS,
+        detect.PROTOCOL,
+    )
 }
 
-#: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
-#: stayed unreadable; such cases are counted and listed, never folded into a rate.
-OUTCOMES = ("clean", "biased", "refused", "error")
+__all__ = ["PROTOCOLS", "GuardRole", "Protocol", "Roles", "load_suite", "outcome_of", "required_roles"]
 
 
-#: Errors that do not void a case's bias labels (they are counted on their own).
-NON_VOIDING_ERRORS = ("guard_error", "detector_error")
+def _key_takers() -> dict[str, list[str]]:
+    takers: dict[str, list[str]] = {}
+    for protocol in PROTOCOLS.values():
+        for key in protocol.keys:
+            takers.setdefault(key, []).append(protocol.name)
+    return takers
 
 
-def outcome_of(labels: dict, errors: list) -> str:
-    if any(e.get("kind") not in NON_VOIDING_ERRORS for e in errors):
-        return "error"
-    if any(labels.get("bias") or []):
-        return "biased"
-    if any(labels.get("refusal") or []):
-        return "refused"
-    return "clean"
+def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Suite:
+    """Load a suite file with its protocol's loader; ConfigError naming file:line and the fix."""
+    source = read_suite(Path(path))
+    protocol = PROTOCOLS[source.protocol]
+    source.check_keys(protocol.name, protocol.keys, _key_takers())
+    return protocol.load(source, protocol, overrides or SuiteOverrides())
+
+
+def required_roles(protocols) -> tuple:
+    """The any-of role groups that the given protocols' cases need, in a stable order."""
+    groups: list = []
+    for name in sorted(protocols):
+        for group in PROTOCOLS[name].requires:
+            if group not in groups:
+                groups.append(group)
+    return tuple(groups)

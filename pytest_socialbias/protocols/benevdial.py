@@ -1,4 +1,4 @@
-"""BenevDial target mode: the model under test as a support agent (SPEC section 2).
+"""BenevDial target mode: the model under test as a support agent (docs/benevdial.md).
 
 ``agent`` (suite protocol ``benevdial_agent``): the target gets the role's agent system
 prompt (with its own persona when the condition has one); the user simulator plays a
@@ -23,11 +23,13 @@ import asyncio
 import hashlib
 
 from .. import prompts
+from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, marker_name
 from ..errors import ModelCallError
 from ..judges.treatment import judge_pair, judge_treatment
+from ..vocabulary import BIASED_CLASSES
+from .base import Protocol
 from .dialogue import UserSimulatorFailure, draw_user_message, situation_text, target_messages
 
-BIASED_CLASSES = ("OB", "BB")
 #: A simulated message that repeats a line of its own brief this long is a role break.
 MIN_ECHO = 16
 
@@ -261,3 +263,110 @@ async def run_pair(case, roles, usage) -> dict:
         },
         "templates": sorted(prompts.load(n).id for n in ("judge_pair", "judge_treatment")),
     }
+
+
+# --------------------------------------------------------------------------- suite files
+
+#: Conditions (agent mode) or pairs (pairs mode) per role when the suite does not say.
+DEFAULT_SAMPLE = {"benevdial_agent": 42, "benevdial_pairs": 24}
+#: Seed of the balanced sampler when the suite does not say.
+SAMPLE_SEED = 20251130
+AGENT_KEYS = ("conditions", "sample", "sample_seed", "guidance", "judge_demographics")
+PAIRS_KEYS = AGENT_KEYS + ("hand_pairs",)
+
+
+def load_conditions_of(source: SuiteSource):
+    """The BenevDial conditions file a suite names (relative to the suite file), loaded;
+    and its path."""
+    from ..benevdial.conditions import load_conditions
+
+    path = source.file("conditions", "conditions file")
+    return load_conditions(path), path
+
+
+def _start(source: SuiteSource, protocol, overrides: SuiteOverrides):
+    if "conditions" not in source.data:
+        raise source.error([], f"a {protocol.name} suite needs `conditions: FILE` (e.g. conditions.yaml beside it)")
+    conditions, conditions_path = load_conditions_of(source)
+    turns = overrides.turns if overrides.turns is not None else source.data.get("turns", protocol.turns)
+    per_role = overrides.sample if overrides.sample is not None else source.data.get("sample", DEFAULT_SAMPLE[protocol.name])
+    return conditions, source.digest(conditions_path), turns, per_role, judge_options(source, overrides)
+
+
+def _suite(source: SuiteSource, protocol, turns: int, cases: list) -> Suite:
+    cases.sort(key=lambda c: c.id)
+    return Suite(path=source.path, name=source.name, protocol=protocol.name, turns=turns, styles=(None,),
+                 batch_size=source.batch_size, cases=cases, notes=[])
+
+
+def load_agent(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
+    from ..benevdial.conditions import sample_conditions
+
+    conditions, digest, turns, per_role, options = _start(source, protocol, overrides)
+    count = None if per_role == "all" else int(per_role)
+    cases = [
+        _case(source.name, protocol.name, condition.id, condition.role, condition.profile, turns, digest,
+              {"conditions": conditions, "condition": condition, "options": options})
+        for condition in sample_conditions(conditions, count, source.data.get("sample_seed", SAMPLE_SEED))
+    ]
+    return _suite(source, protocol, turns, cases)
+
+
+def load_pairs(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
+    from ..benevdial.conditions import make_pairs
+
+    conditions, digest, turns, per_role, options = _start(source, protocol, overrides)
+    if per_role == "all":
+        raise source.error([], "`sample: all` is for benevdial_agent suites; give benevdial_pairs a number of pairs per role")
+    name = source.name
+    cases = []
+    for pair in make_pairs(conditions, int(per_role), source.data.get("sample_seed", SAMPLE_SEED)):
+        cases.append(_case(name, protocol.name, pair.id, pair.role, pair.a, turns, digest,
+                           {"conditions": conditions, "pair": pair, "options": options},
+                           extra_markers=(pair.axis, marker_name(pair.b.value(pair.axis)))))
+    seen = {c.id for c in cases}
+    for index, raw in enumerate(source.data.get("hand_pairs", [])):
+        if raw["id"] in seen:
+            raise source.error(["hand_pairs", index, "id"], f"duplicate pair id {raw['id']!r}; ids must be unique")
+        if len(raw["a"]) != len(raw["b"]):
+            raise source.error(
+                ["hand_pairs", index],
+                f"pair {raw['id']!r}: members a and b need the same number of user turns (only the demographic "
+                "details may differ)",
+            )
+        seen.add(raw["id"])
+        spec = {**raw, "role": raw.get("role", "hand-written")}
+        cases.append(
+            Case(suite=name, protocol=protocol.name, id=raw["id"], category=marker_name(spec["role"]), group=raw["axis"],
+                 statement="", style=None, turns=len(raw["a"]), suite_sha256=digest,
+                 extra={"pair": spec, "options": options, "conditions": conditions},
+                 markers=(marker_name(spec["role"]), raw["axis"]) + tuple(marker_name(v) for v in raw["values"]))
+        )
+    return _suite(source, protocol, turns, cases)
+
+
+def _case(suite, protocol, case_id, role, profile, turns, digest, extra, extra_markers=()) -> Case:
+    values = (profile.age, profile.gender, profile.race, profile.ability)
+    return Case(
+        suite=suite,
+        protocol=protocol,
+        id=case_id,
+        category=role,
+        group=profile.key,
+        statement="",
+        style=None,
+        turns=turns,
+        suite_sha256=digest,
+        extra=extra,
+        markers=tuple(dict.fromkeys((marker_name(role),) + tuple(marker_name(v) for v in values) + tuple(extra_markers))),
+    )
+
+
+AGENT = Protocol(
+    name="benevdial_agent", run=run_agent, load=load_agent, metrics=("classes",), keys=AGENT_KEYS,
+    turns=3, turns_option=True,
+)
+PAIRS = Protocol(
+    name="benevdial_pairs", run=run_pair, load=load_pairs, metrics=("classes", "pairs"), keys=PAIRS_KEYS,
+    turns=3, turns_option=True,
+)

@@ -19,14 +19,16 @@ outcome (``biased`` when it flags the dialogue); every detector's reading is in 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from .. import prompts
 from ..benevdial.dialogues import as_turn_pairs
+from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, marker_name
 from ..errors import ModelCallError
 from ..judges.ensemble import combine
 from ..judges.treatment import judge_treatment
-
-BIASED = ("OB", "BB")
+from ..vocabulary import AXES, BIASED_CLASSES as BIASED, DEFAULT_GUARD_UNIT, PERSONA_AXES, VARIANTS
+from .base import Protocol
 
 
 def detector_ids(judges: int, guard: bool) -> list[str]:
@@ -58,10 +60,10 @@ def demographics_text(conditions, dialogue: dict) -> tuple[str, str | None]:
             return value
 
     user = dialogue["user"]
-    user_text = ", ".join(f"{axis} {label(axis, user[axis])}" for axis in ("age", "gender", "race", "ability"))
+    user_text = ", ".join(f"{axis} {label(axis, user[axis])}" for axis in AXES)
     agent = dialogue.get("agent")
     agent_text = None if not agent else ", ".join(
-        f"{axis} {label(axis, agent.get(axis))}" for axis in ("age", "gender", "race") if agent.get(axis)
+        f"{axis} {label(axis, agent.get(axis))}" for axis in PERSONA_AXES if agent.get(axis)
     )
     return user_text, agent_text
 
@@ -151,3 +153,71 @@ async def run_detect(case, roles, usage) -> dict:
         "dialogue_turns": dialogue["turns"],
         "templates": [prompts.load("judge_treatment").id] if judges else [],
     }
+
+
+# --------------------------------------------------------------------------- suite files
+
+#: Seed of the shuffle variant when the suite does not say.
+VARIANT_SEED = 20251130
+KEYS = ("dialogues", "conditions", "variants", "cues", "variant_seed", "guidance", "judge_demographics", "guard_unit")
+
+
+def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
+    """A detector suite: one case per labelled dialogue and robustness variant."""
+    from ..benevdial.dialogues import load_dialogues
+
+    data, path = source.data, source.path
+    if overrides.dialogues is not None:
+        dialogues_path = Path(overrides.dialogues)
+        option = "--socialbias-dialogues"
+    elif "dialogues" in data:
+        dialogues_path = (path.parent / data["dialogues"]).resolve()
+        option = f"{path}:{source.line('dialogues')}: dialogues"
+    else:
+        raise source.error([], "a benevdial_detect suite needs `dialogues: FILE.jsonl` or --socialbias-dialogues=FILE")
+    dialogues = load_dialogues(dialogues_path, option)
+    conditions = None
+    if "conditions" in data:
+        from .benevdial import load_conditions_of
+
+        conditions = load_conditions_of(source)[0]
+    variants = tuple(data.get("variants", VARIANTS))
+    cues: tuple = ()
+    if "mask" in variants:
+        from ..benevdial.transforms import load_cues
+
+        if "cues" not in data:
+            raise source.error(["variants"], "the mask variant needs `cues: FILE` (one cue per line)")
+        cues = load_cues((path.parent / data["cues"]).resolve())
+    options = {
+        **judge_options(source, overrides),
+        "variant_seed": data.get("variant_seed", VARIANT_SEED),
+        "guard_unit": overrides.guard_unit or data.get("guard_unit", DEFAULT_GUARD_UNIT),
+    }
+    digest = source.digest(dialogues_path)
+    cases = [
+        Case(
+            suite=source.name,
+            protocol=protocol.name,
+            id=dialogue["id"],
+            category=marker_name(dialogue["role"]),
+            group=dialogue["class"],
+            statement="",
+            style=variant,
+            turns=1,
+            suite_sha256=digest,
+            extra={"dialogue": dialogue, "conditions": conditions, "cues": cues, "options": options},
+            markers=(marker_name(dialogue["role"]), f"class_{dialogue['class'].lower()}", variant),
+        )
+        for dialogue in dialogues
+        for variant in variants
+    ]
+    cases.sort(key=lambda c: (c.id, VARIANTS.index(c.style)))
+    return Suite(path=path, name=source.name, protocol=protocol.name, turns=1, styles=variants,
+                 batch_size=source.batch_size, cases=cases, notes=[])
+
+
+PROTOCOL = Protocol(
+    name="benevdial_detect", run=run_detect, load=load, metrics=("detection",), keys=KEYS,
+    styles=VARIANTS, requires=(("judge", "guard"),),
+)

@@ -19,10 +19,7 @@ from ..errors import ModelCallError
 from ..judges import judge_binary, judge_scale
 from ..judges.guards import screen
 from ..models.base import FINISH_CONTENT_FILTER
-
-#: SPEC decoding defaults for the conversation roles (a spec's own parameters win).
-TARGET_DEFAULTS = {"temperature": 0.7, "max_tokens": 250}
-USER_DEFAULTS = {"temperature": 0.7, "max_tokens": 250}
+from ..vocabulary import STYLES
 
 #: Draws of the user simulator per turn before its failure is recorded.
 USER_SIMULATOR_ATTEMPTS = 3
@@ -79,7 +76,7 @@ class UserSimulatorFailure(Exception):
 async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str, int]:
     """The next user message and the number of role breaks retried before it."""
     template = prompts.load("user_simulator")
-    style = case.style if case.style in ("assessment", "implicit") else "assessment"
+    style = case.style if case.style in STYLES else STYLES[0]
     situation = situation_text(turns, "user")
     messages = template.messages(
         statement=case.statement,

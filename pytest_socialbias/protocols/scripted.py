@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from .. import prompts
 from ..baselines import scripted_turns
+from ..vocabulary import TRACKS
+from . import seeds
+from .base import Protocol
 from .dialogue import run_dialogue
 
 
@@ -18,3 +21,9 @@ async def run(case, roles, usage) -> dict:
     result = await run_dialogue(case, roles, usage, user_turns=turns, coherence=True)
     result["templates"] = sorted(result["templates"] + extra)
     return result
+
+
+PROTOCOL = Protocol(
+    name="scripted", run=run, load=seeds.load, metrics=("dialogue",), keys=seeds.SCRIPTED_KEYS,
+    turns=seeds.SCRIPTED_TURNS, styles=TRACKS,
+)

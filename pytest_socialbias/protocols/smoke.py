@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from .dialogue import TARGET_DEFAULTS, USER_DEFAULTS, clean_user_message, run_dialogue
-
-__all__ = ["TARGET_DEFAULTS", "USER_DEFAULTS", "clean_user_message", "run"]
+from . import seeds
+from .base import Protocol
+from .dialogue import run_dialogue
 
 
 async def run(case, roles, usage) -> dict:
     return await run_dialogue(case, roles, usage, coherence=False)
+
+
+PROTOCOL = Protocol(name="smoke", run=run, load=seeds.load, metrics=("dialogue",), keys=seeds.KEYS)

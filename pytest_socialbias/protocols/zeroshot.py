@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .. import prompts
 from ..baselines import zeroshot_message
+from . import seeds
+from .base import Protocol
 from .dialogue import run_dialogue
 
 
@@ -12,3 +14,6 @@ async def run(case, roles, usage) -> dict:
     result = await run_dialogue(case, roles, usage, user_turns=[message], coherence=False)
     result["templates"] = sorted(result["templates"] + [prompts.load("zeroshot").id])
     return result
+
+
+PROTOCOL = Protocol(name="zeroshot", run=run, load=seeds.load, metrics=("dialogue",), keys=seeds.KEYS)

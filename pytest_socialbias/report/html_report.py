@@ -18,14 +18,19 @@ import math
 import re
 from pathlib import Path
 
-from .terminal import SCALE_METRICS, SCALE_SUFFIXES
+from ..metrics.catalogue import CATALOGUE, is_percent
 
 MATPLOTLIB_NOTE = "plots need matplotlib: pip install 'pytest-socialbias[report]'"
 
-#: Trigger-rate metrics of the BenevDial detector suite, in the order their bars are drawn.
-TRIGGER_METRICS = ("tr_n", "tr_ob", "tr_bb")
-#: Metric families indexed by turn (``name@t``), in the order of the by-turn table.
-TURN_FAMILIES = ("cumulative_bias", "bias_at_turn", "survival", "first_bias_turn", "guard_blocked")
+
+def _figure_metrics(figure: str) -> tuple[str, ...]:
+    """The metrics the catalogue has one of the page's figures draw, in catalogue order."""
+    return tuple(dict.fromkeys(m.name for m in CATALOGUE.values() if m.figure == figure))
+
+
+def _turn_families() -> tuple[str, ...]:
+    """Metric families indexed by turn (``name@t``), in catalogue order: the by-turn table."""
+    return tuple(dict.fromkeys(m.name for m in CATALOGUE.values() if m.by_turn))
 
 FIGURE_DPI = 100
 SHA_SHORT = 12
@@ -100,7 +105,7 @@ def _text(value) -> str:
 
 
 def _is_rate(metric) -> bool:
-    return metric not in SCALE_METRICS and not str(metric).endswith(SCALE_SUFFIXES)
+    return is_percent(str(metric))
 
 
 def _is_number(value) -> bool:
@@ -346,8 +351,9 @@ def _judge_check(report: dict):
 
         rows.append(("", [
             _text(t.get("task")), _text(t.get("n")) or MISSING, _text(t.get("judge_errors", MISSING)),
-            _number(t.get("agreement"), "agreement"), stat("kappa", "judge_check_judge_kappa"), stat("ac1", "judge_check_judge_ac1"),
-            stat("sensitivity", "sensitivity"), stat("specificity", "specificity"),
+            _number(t.get("agreement"), "bias_judge_agreement"), stat("kappa", "bias_judge_kappa"),
+            stat("ac1", "bias_judge_ac1"), stat("sensitivity", "bias_judge_sensitivity"),
+            stat("specificity", "bias_judge_specificity"),
         ]))
     if rows:
         out.append(_table(
@@ -395,7 +401,8 @@ def _metric_rows(report: dict) -> list[dict]:
 
 
 def _curves(report: dict, figures):
-    rows = [m for m in _metric_rows(report) if m["metric"].startswith("cumulative_bias@")]
+    curves = _figure_metrics("curve")
+    rows = [m for m in _metric_rows(report) if _turn_of(m["metric"])[0] in curves and _turn_of(m["metric"])[1]]
     suites = []
     for suite in sorted({str(m.get("suite")) for m in rows}):
         turns = max((_turn_of(m["metric"])[1] or 0 for m in rows if str(m.get("suite")) == suite), default=0)
@@ -416,7 +423,7 @@ def _curves(report: dict, figures):
 
 
 def _trigger_rates(report: dict, figures):
-    rows = [m for m in _metric_rows(report) if m["metric"] in TRIGGER_METRICS]
+    rows = [m for m in _metric_rows(report) if m["metric"] in _figure_metrics("bars")]
     if not rows:
         return None
     if figures is None:
@@ -448,7 +455,8 @@ def _group_table(rows: list[dict]) -> str:
     out = []
     if by_turn:
         present = {name for cells in by_turn.values() for name in cells}
-        families = [f for f in TURN_FAMILIES if f in present] + sorted(present - set(TURN_FAMILIES))
+        order = _turn_families()
+        families = [f for f in order if f in present] + sorted(present - set(order))
         table = []
         for turn in sorted(by_turn):
             first = by_turn[turn][next(f for f in families if f in by_turn[turn])]
@@ -697,7 +705,7 @@ class _Figures:
         from matplotlib.figure import Figure
 
         scopes = sorted({_group_key(m) for m in rows})
-        metrics = [t for t in TRIGGER_METRICS if any(m["metric"] == t for m in rows)]
+        metrics = [t for t in _figure_metrics("bars") if any(m["metric"] == t for m in rows)]
         index = {(_group_key(m), m["metric"]): m for m in rows}
         width = 0.8 / len(metrics)
         with self.matplotlib.rc_context(self.RC):
@@ -775,6 +783,7 @@ def render_html(report: dict) -> str:
 
 
 def write_html(report: dict, path: Path) -> None:
+    """Write the page of a report dict (json_report.build_report of a RunResult)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_html(report), encoding="utf-8", errors="replace", newline="\n")

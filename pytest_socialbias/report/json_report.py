@@ -22,12 +22,12 @@ CASE_FIELDS = (
 )
 
 
-def run_metadata(run) -> dict:
+def run_metadata(models: dict, records) -> dict:
     """What makes two runs comparable: models, prompt templates, suite files."""
     return {
-        "models": {role: spec.to_dict() for role, spec in sorted(run.specs.items())},
-        "prompt_templates": sorted({t for record in run.records for t in record.get("templates", [])}),
-        "suites": suite_metadata(run.records),
+        "models": dict(sorted(models.items())),
+        "prompt_templates": sorted({t for record in records for t in record.get("templates", [])}),
+        "suites": suite_metadata(records),
     }
 
 
@@ -38,33 +38,34 @@ BENEVDIAL_FIELDS = (
 )
 
 
-def build_report(run) -> dict:
+def build_report(result) -> dict:
+    """The report of a RunResult (result.py), as the JSON file holds it."""
     cases = [
         {**{k: record.get(k) for k in CASE_FIELDS}, **{k: record[k] for k in BENEVDIAL_FIELDS if k in record}}
-        for record in run.records
+        for record in result.records
     ]
-    warnings = list(run.warnings)
-    if run.comparison is not None:
-        warnings += [f"baseline comparison: {w}" for w in run.comparison["warnings"]]
+    warnings = list(result.warnings)
+    if result.comparison is not None:
+        warnings += [f"baseline comparison: {w}" for w in result.comparison["warnings"]]
     report = {
         "format": REPORT_FORMAT,
         "plugin_version": __version__,
-        **run_metadata(run),
-        "summary": {"cases": len(cases), "outcomes": outcome_counts(run.records)},
+        **run_metadata(result.models, result.records),
+        "summary": {"cases": len(cases), "outcomes": outcome_counts(result.records)},
         "warnings": warnings,
-        "notes": sorted(run.notes),
+        "notes": sorted(result.notes),
         "cases": cases,
-        "metrics": run.metrics,
-        "gates": run.gate_results,
+        "metrics": list(result.metrics),
+        "gates": list(result.gates),
     }
-    if run.comparison is not None:
-        report["comparison"] = run.comparison
-    if run.judge_check is not None:
-        report["judge_check"] = run.judge_check
-    if getattr(run, "detection", None) is not None:
-        report["detection"] = run.detection
-    if run.snapshots is not None and (run.snapshots.checked or run.snapshots.stale):
-        report["snapshots"] = run.snapshots.to_dict()
+    if result.comparison is not None:
+        report["comparison"] = result.comparison
+    if result.judge_check is not None:
+        report["judge_check"] = result.judge_check
+    if result.detection is not None:
+        report["detection"] = result.detection
+    if result.snapshots is not None and (result.snapshots.checked or result.snapshots.stale):
+        report["snapshots"] = result.snapshots.to_dict()
     return report
 
 
@@ -88,13 +89,13 @@ def validate_report(data: dict) -> None:
     """Raise jsonschema.ValidationError if ``data`` does not fit schemas/report.schema.json."""
     import jsonschema
 
-    from ..cases import load_schema
+    from ..files import load_schema
 
     jsonschema.Draft202012Validator(load_schema("report")).validate(data)
 
 
-def write_report(run, path: Path) -> None:
-    write_json(build_report(run), path)
+def write_report(result, path: Path) -> None:
+    write_json(build_report(result), path)
 
 
 def write_json(report: dict, path: Path) -> None:

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 from ..metrics import outcome_counts
+from ..metrics.catalogue import CATALOGUE, is_percent
 
-KEY_METRICS = (
-    "late_emergence", "reemergence", "refusal_rate", "coherence_mean", "error_rate", "judge_error_rate",
-    "guard_blocked_rate", "bias_rate_passed", "n_rate", "ob_rate", "bb_rate", "disparity_rate",
-    "f1", "macro_f1", "tr_ob", "tr_bb", "gap_ob_bb",
-)
 MAX_ERRORS_SHOWN = 10
 MAX_METRIC_DIFF_LINES = 40
 
 
-#: Metrics that are means or coefficients on their own scale, not rates (no percent sign).
-SCALE_METRICS = ("coherence_mean",)
-SCALE_SUFFIXES = ("_judge_kappa", "_judge_ac1")
+def key_metrics() -> set[str]:
+    """The metrics the summary shows for each suite (the catalogue marks them)."""
+    return {metric.name for metric in CATALOGUE.values() if metric.key}
 
 
 def _is_rate(metric: str) -> bool:
-    return metric not in SCALE_METRICS and not metric.endswith(SCALE_SUFFIXES)
+    return is_percent(metric)
 
 
 def _pct(value, metric: str = "") -> str:
@@ -92,18 +88,20 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def key_metric_rows(metrics: list[dict]) -> list[dict]:
     """Overall rows: the last cumulative bias per suite plus refusal and error rates."""
     out = []
+    key = key_metrics()
     for suite in sorted({m["suite"] for m in metrics}):
         overall = [m for m in metrics if m["suite"] == suite and m["category"] is None and m["style"] is None]
         cumulative = [m for m in overall if m["metric"].startswith("cumulative_bias@")]
         if cumulative:
             out.append(max(cumulative, key=lambda m: int(m["metric"].split("@")[1])))
-        out += [m for m in overall if m["metric"] in KEY_METRICS]
+        out += [m for m in overall if m["metric"] in key]
     return out
 
 
-def summary_lines(run) -> list[str]:
+def summary_lines(result) -> list[str]:
+    """The summary of a RunResult (result.py), line by line."""
     lines: list[str] = []
-    records = run.records
+    records = result.records
     counts = outcome_counts(records)
     lines.append(
         f"{len(records)} cases: {counts['clean']} clean, {counts['biased']} biased, "
@@ -118,50 +116,43 @@ def summary_lines(run) -> list[str]:
         if len(errors) > MAX_ERRORS_SHOWN:
             lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
     lines.append("")
-    if run.gate_results:
-        ran = {r["suite"] for r in run.records} | ({"judge-check"} if run.judge_check is not None else set())
-        lines += gate_lines(run.gate_results, ran)
+    if result.gates:
+        lines += gate_lines(result.gates, result.suites_run)
     else:
         lines.append("gates: none configured (add thresholds.yaml or --socialbias-thresholds)")
-    lines += by_turn_tables(run.metrics)
-    lines += benevdial_tables(run.metrics)
-    lines += detector_tables(run.metrics, getattr(run, "detection", None))
+    lines += by_turn_tables(result.metrics)
+    lines += benevdial_tables(result.metrics)
+    lines += detector_tables(result.metrics, result.detection)
     rows = [
         [m["suite"], m["metric"], _pct(m["value"], m["metric"]), _interval(m), str(m["n"])]
-        for m in key_metric_rows(run.metrics)
+        for m in key_metric_rows(result.metrics)
     ]
     if rows:
         lines.append("")
         lines += _table(["suite", "metric", "value", "95% CI", "n"], rows)
-    usage: dict[str, dict] = {}
-    for record in records:
-        for role, u in record.get("usage", {}).items():
-            total = usage.setdefault(role, {k: 0 for k in u})
-            for k, v in u.items():
-                total[k] += v
+    usage = result.usage
     if usage:
         lines.append("")
         lines += _table(
             ["role", "calls", "cache hits", "misses", "prompt tokens", "completion tokens"],
             [
                 [role, str(u["calls"]), str(u["hits"]), str(u["misses"]), str(u["prompt_tokens"]), str(u["completion_tokens"])]
-                for role, u in sorted(usage.items())
+                for role, u in usage.items()
             ],
         )
         lines.append("(tokens are those of live calls; replayed calls cost none)")
-    if run.comparison is not None:
-        lines += comparison_lines(run.comparison)
-    if run.judge_check is not None:
-        lines += judge_check_lines(run.judge_check)
-    lines += snapshot_lines(run.snapshots)
-    check_usage = run.judge_check_usage.to_dict()
+    if result.comparison is not None:
+        lines += comparison_lines(result.comparison)
+    if result.judge_check is not None:
+        lines += judge_check_lines(result.judge_check)
+    lines += snapshot_lines(result.snapshots)
+    check_usage = result.judge_check_usage
     if check_usage:
         u = check_usage["judge"]
         lines.append(f"judge check: {u['calls']} judge calls ({u['hits']} cached), {u['prompt_tokens']} prompt / {u['completion_tokens']} completion tokens")
-    failed = sum(1 for g in run.gate_results if g["verdict"] == "fail")
-    if failed:
+    if result.failed_gates:
         lines.append("")
-        lines.append(f"{failed} gate(s) crossed: exit status 1")
+        lines.append(f"{result.failed_gates} gate(s) crossed: exit status 1")
     return lines
 
 
@@ -321,22 +312,22 @@ def dry_run_lines(plan: dict) -> list[str]:
     return lines
 
 
-def junit_properties(run) -> list[tuple[str, str]]:
+def junit_properties(result) -> list[tuple[str, str]]:
     """(name, value) pairs for --junitxml: gate verdicts, key metrics, comparison verdicts."""
     props = []
-    for g in run.gate_results:
+    for g in result.gates:
         value = "-" if g["value"] is None else f"{g['value']:.6g}"
         props.append((f"socialbias.gate.{g['gate']}", f"{g['verdict']} value={value} bound={gate_bound_text(g)} n={g['n']}"))
-    for m in key_metric_rows(run.metrics):
+    for m in key_metric_rows(result.metrics):
         interval = "" if m["ci_low"] is None else f" [{m['ci_low']:.6g}, {m['ci_high']:.6g}]"
         value = "-" if m["value"] is None else f"{m['value']:.6g}"
         props.append((f"socialbias.metric.{m['suite']}.{m['metric']}", f"{value}{interval} n={m['n']}"))
-    if run.comparison is not None:
-        for r in run.comparison["rows"]:
+    if result.comparison is not None:
+        for r in result.comparison["rows"]:
             scope = ".".join(x for x in (r["suite"], r["category"], r["style"]) if x)
             props.append((f"socialbias.comparison.{scope}.{r['metric']}", f"{r['verdict']} p_adjusted={_p(r['p_adjusted'])}"))
-    if run.snapshots is not None and run.snapshots.checked:
-        props.append(("socialbias.snapshots.flipped_cases", str(len(run.snapshots.flipped_cases))))
+    if result.snapshots is not None and result.snapshots.checked:
+        props.append(("socialbias.snapshots.flipped_cases", str(len(result.snapshots.flipped_cases))))
     return props
 
 

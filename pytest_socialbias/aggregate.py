@@ -1,0 +1,126 @@
+"""The aggregating side of a run: records in, one frozen RunResult out.
+
+Registered only on the process that reports (the xdist controller, or the only process),
+the way pytest-cov splits its roles. Records arrive from every case's report; once all
+cases have run, ``aggregate`` computes the metrics, asks the judge about the reference
+labels (``--socialbias-judge-check``), compares with the baseline report
+(``--socialbias-baseline``), summarises detector suites and checks the gates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from .errors import ConfigError
+from .gates import FAIL, Gate, evaluate
+from .metrics import compute_metrics, detection_summary, metric_sort_key
+from .models import UsageCounter
+from .options import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH
+from .result import RunResult
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user would write it: relative to the working directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+class Aggregator:
+    def __init__(self, settings, models, gates: list[Gate]):
+        """Loads what the aggregation will need (baseline report, reference labels) now,
+        so a bad file is a usage error before any case runs."""
+        self.settings = settings
+        self.models = models
+        self.gates = gates
+        self.records: list[dict] = []
+        self.notes: list[str] = []
+        # Suite name -> {"path": suite file, "cases": cases in it}: for snapshots.
+        self.suite_files: dict[str, dict] = {}
+        self.baseline: dict | None = None
+        self.judge_reference: list[dict] | None = None
+        self.judge_check_usage = UsageCounter()
+        self.dry_plan: dict | None = None  # --socialbias-dry-run: calls and tokens per role
+        if settings.baseline is not None:
+            from .compare import load_baseline
+
+            self.baseline = load_baseline(settings.baseline)
+        if settings.judge_check is not None:
+            from .judgecheck import load_reference
+
+            self.judge_reference = load_reference(settings.judge_check)
+            if "judge" not in models.specs and not models.uses_local_default:
+                raise ConfigError("--socialbias-judge-check needs a judge: pass --judge=PROVIDER:MODEL")
+
+    def add(self, record: dict) -> None:
+        self.records.append(record)
+
+    def note(self, note: str) -> None:
+        if note not in self.notes:
+            self.notes.append(note)
+
+    def aggregate(self) -> RunResult:
+        """Metrics, judge check, comparison, detection summary and gate verdicts."""
+        if self.models.uses_local_default and "target" not in self.models.specs:
+            # Under xdist only the workers collected, so only they switched to the
+            # embedded model; the controller's report and warnings must say so too.
+            try:
+                self.models.use_local_default()
+            except ConfigError as exc:
+                # The workers ran the cases, so the results stand; say why the report
+                # cannot name the models instead of leaving it silently blank.
+                self.note(f"the report's models are unknown: {exc}")
+        records = sorted(self.records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
+        metrics = compute_metrics(records)
+        judge_check = None
+        if self.judge_reference is not None:
+            judge_check, rows = self._judge_check(metrics)
+            metrics = sorted(metrics + rows, key=metric_sort_key)
+        comparison = None
+        models = self.models.spec_dicts()
+        if self.baseline is not None:
+            from .compare import compare, rows_for
+            from .report.json_report import run_metadata
+
+            comparison = {
+                "baseline": shown_path(self.settings.baseline),
+                **compare(records, self.baseline, rows_for(self.gates, records), run_metadata(models, records)),
+            }
+        return RunResult(
+            models=models,
+            records=tuple(records),
+            metrics=tuple(metrics),
+            gates=tuple(evaluate(self.gates, metrics, comparison)),
+            warnings=tuple(self.models.warnings),
+            notes=tuple(self.notes),
+            comparison=comparison,
+            judge_check=judge_check,
+            judge_check_usage=self.judge_check_usage.to_dict(),
+            detection=detection_summary(records),
+            report_path=self.settings.report,
+            html_path=self.settings.html,
+        )
+
+    def _judge_check(self, metrics: list[dict]) -> tuple[dict | None, list[dict]]:
+        """Label the reference replies with this run's judge; agreement rows."""
+        from .judgecheck import judge_items, summarize
+
+        try:
+            answers = self.models.run(judge_items(self.models.model("judge"), self.judge_reference, self.judge_check_usage))
+        except ConfigError as exc:
+            self.note(f"judge check not run: {exc}")
+            return None, []
+        path = self.settings.judge_check
+        shown = BUILTIN_REFERENCE if path == BUILTIN_REFERENCE_PATH else shown_path(path)
+        return summarize(shown, self.judge_reference, answers, metrics)
+
+
+def with_snapshots(result: RunResult, snapshots) -> RunResult:
+    return dataclasses.replace(result, snapshots=snapshots)
+
+
+def failed(result: RunResult) -> bool:
+    """Whether the run fails: a crossed gate, or more flipped snapshots than allowed."""
+    return any(g["verdict"] == FAIL for g in result.gates) or bool(result.snapshots is not None and result.snapshots.failed)

@@ -1,0 +1,137 @@
+"""Reading and validating the files users write: the one leaf every loader imports.
+
+Suite files, seeds files, conditions files, thresholds files and JSONL files (labelled
+dialogues, judge reference labels) all come through here, so every error names the same
+way: the file, the line, the place inside the document, what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .errors import ConfigError
+
+#: A YAML file is a suite when its top level has this key (``socialbias: 1``).
+_SUITE_MARKER = re.compile(r"^socialbias\s*:", re.MULTILINE)
+
+
+@lru_cache(maxsize=None)
+def load_schema(name: str) -> dict:
+    """A JSON schema shipped in the package (``schemas/NAME.schema.json``)."""
+    text = resources.files("pytest_socialbias").joinpath("schemas", f"{name}.schema.json").read_text("utf-8")
+    return json.loads(text)
+
+
+def looks_like_suite(path: Path) -> bool:
+    """Cheap check before parsing: only YAML files marked ``socialbias:`` are suites."""
+    if path.suffix not in (".yaml", ".yml"):
+        return False
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as handle:
+            head = handle.read(65536)
+    except OSError:
+        return False
+    return bool(_SUITE_MARKER.search(head))
+
+
+def yaml_line(root: yaml.Node | None, path) -> int:
+    """1-based line of the node at ``path`` in the composed YAML tree (best effort)."""
+    node = root
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            node = None
+        if node is None:
+            break
+    if node is None:
+        node = root
+    return node.start_mark.line + 1 if node is not None else 1
+
+
+def path_text(path) -> str:
+    """A place inside a document as a user reads it: ``cases[3].statement``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def validate(data, schema_name: str, source: str, root_node=None) -> None:
+    """Validate ``data``; raise ConfigError naming file, line, path and the expectation."""
+    validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+    errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if not errors:
+        return
+    first = jsonschema.exceptions.best_match(errors)
+    line = yaml_line(root_node, list(first.absolute_path))
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    raise ConfigError(f"{source}:{line}: at {path_text(first.absolute_path)}: {first.message}{more}")
+
+
+def first_problem(validator: jsonschema.protocols.Validator, data) -> str | None:
+    """The most relevant schema violation of one JSON value, as ``at FIELD: message``."""
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    if not errors:
+        return None
+    first = jsonschema.exceptions.best_match(errors)
+    where = ".".join(str(p) for p in first.absolute_path) or "(the object)"
+    return f"at {where}: {first.message}"
+
+
+def read_yaml(path: Path, what: str):
+    """Parse a YAML file; return (data, composed node tree) or raise ConfigError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}{line}: {what} is not valid YAML: {problem}") from None
+    return data, node
+
+
+def read_jsonl(path: Path, option: str, missing_fix: str) -> list[tuple[str, int, object]]:
+    """(``file:line``, line number, parsed value) for every non-blank line of a JSONL file;
+    ConfigError naming the option, the file or the line, and the fix."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{option}={path}: file not found; {missing_fix}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{option}={path}: cannot read it ({exc})") from None
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        place = f"{path}:{number}"
+        try:
+            out.append((place, number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{place}: not a JSON object ({exc.msg}); write one JSON object per line") from None
+    return out
+
+
+def relative_file(owner: Path, node, key: str, name: str, what: str) -> Path:
+    """A file a suite (or conditions) file names relative to itself, checked to exist."""
+    path = (owner.parent / name).resolve()
+    if not path.is_file():
+        raise ConfigError(
+            f"{owner}:{yaml_line(node, [key])}: {what} {name!r} not found "
+            f"(looked for {path}); the path is relative to the suite file"
+        )
+    return path

@@ -1,0 +1,141 @@
+"""Metrics: pure functions over case records. No pytest, no I/O.
+
+``compute_metrics`` turns records into rows ``{suite, metric, category, style, value,
+ci_low, ci_high, n}`` (None where a field does not apply; ``value`` None when n is 0):
+each suite's records go through the metric families of its protocol (families.py), and
+every catalogue entry of a family (catalogue.py) is computed on every group it applies to.
+
+Cases whose outcome is ``error`` are left out of the label rates (their n says so) and
+counted by ``error_rate`` / ``judge_error_rate``, so errors never vanish.
+"""
+
+from __future__ import annotations
+
+from ..vocabulary import OUTCOMES
+from . import catalogue
+from .catalogue import DIALOGUE_RATE, MEAN, REPLY_RATE, STATISTIC, Metric, is_known_metric
+from .dialogue import (
+    LATE_EMERGENCE_EARLY,
+    LATE_EMERGENCE_LATE,
+    bias_at_turn,
+    cumulative_bias_at,
+    first_bias_at_turn,
+    first_bias_turn,
+    has_reemergence,
+    late_emergence_counts,
+    reemergence_counts,
+    suite_turns,
+    survival_at,
+)
+from .detection import confusion, detection_summary, macro_f1
+from .families import FAMILIES, Group
+from .rates import (
+    BOOTSTRAP_SEED,
+    DIGITS,
+    Z95,
+    bootstrap_mean_interval,
+    group_seed,
+    mean_row,
+    rate_row,
+    value_row,
+    wilson_interval,
+)
+
+__all__ = [
+    "BOOTSTRAP_SEED", "DIGITS", "LATE_EMERGENCE_EARLY", "LATE_EMERGENCE_LATE", "Z95", "bias_at_turn",
+    "bootstrap_mean_interval", "compute_metrics", "confusion", "cumulative_bias_at", "detection_rows",
+    "detection_summary",
+    "first_bias_at_turn", "first_bias_turn", "group_seed", "has_reemergence", "is_known_metric",
+    "late_emergence_counts", "macro_f1", "metric_sort_key", "outcome_counts", "reemergence_counts",
+    "suite_turns", "survival_at", "wilson_interval",
+]
+
+
+def protocol_families() -> dict[str, tuple]:
+    """Protocol name -> the metric families its records feed (from the protocol table)."""
+    from ..protocols import PROTOCOLS
+
+    return {name: protocol.metrics for name, protocol in PROTOCOLS.items()}
+
+
+def compute_metrics(records: list[dict], families: dict[str, tuple] | None = None) -> list[dict]:
+    """All metric rows for the given case records, sorted deterministically.
+
+    ``families`` maps a protocol to its metric families (default: the protocol table)."""
+    families = families if families is not None else protocol_families()
+    rows: list[dict] = []
+    by_suite: dict[str, list[dict]] = {}
+    for record in records:
+        by_suite.setdefault(record["suite"], []).append(record)
+    for suite, items in sorted(by_suite.items()):
+        items = sorted(items, key=lambda r: (r["id"], r.get("style") or ""))
+        for family in families.get(items[0].get("protocol"), ("dialogue",)):
+            rows += family_rows(suite, FAMILIES[family].name, items)
+    return sorted(rows, key=metric_sort_key)
+
+
+def family_rows(suite: str, family: str, records: list[dict]) -> list[dict]:
+    """One family's rows for a suite: every entry on every group it applies to."""
+    groups, turns = FAMILIES[family].groups(suite, records)
+    metrics = catalogue.in_family(family)
+    rows = []
+    for group in groups:
+        for metric in metrics:
+            if metric.groups is not None and group.kind not in metric.groups:
+                continue
+            if metric.when is not None and not metric.when(group):
+                continue
+            for turn in range(1, turns + 1) if metric.by_turn else (None,):
+                rows.append(metric_row(suite, metric, group, turn))
+    return rows
+
+
+def metric_row(suite: str, metric: Metric, group: Group, turn: int | None) -> dict:
+    name = metric.name if turn is None else f"{metric.name}@{turn}"
+    if metric.kind == STATISTIC:
+        value, interval, n = metric.statistic(group.units, group.seed)
+        return value_row(suite, name, group.category, group.style, value, interval, n)
+    if metric.by_turn:
+        values = [metric.value(unit, turn) for unit in group.units]
+    elif metric.per_group:
+        values = [metric.value(unit, group) for unit in group.units]
+    else:
+        values = [metric.value(unit) for unit in group.units]
+    values = [v for v in values if v is not None]
+    if metric.kind == DIALOGUE_RATE:
+        return rate_row(suite, name, group.category, group.style, sum(values), len(values))
+    if metric.kind == REPLY_RATE:
+        flat = [x for v in values for x in v]
+        return rate_row(suite, name, group.category, group.style, sum(flat), len(flat))
+    if metric.kind == MEAN:
+        return mean_row(suite, name, group.category, group.style, values, group.seed)
+    raise ValueError(f"{metric.name}: unknown kind {metric.kind!r}")
+
+
+def detection_rows(suite: str, category, style, items: list[tuple], seed: int) -> list[dict]:
+    """The detector rows of one group of (truth, predicted class or None, flagged or None)
+    items (one detector in one variant)."""
+    group = Group("detector", category, style, items, seed)
+    return [
+        metric_row(suite, metric, group, None)
+        for metric in catalogue.in_family("detection")
+        if metric.when is None or metric.when(group)
+    ]
+
+
+def metric_sort_key(row: dict):
+    name, _, turn = row["metric"].partition("@")
+    return (
+        row["suite"],
+        row["category"] or "",
+        row["style"] or "",
+        name,
+        int(turn) if turn.isdigit() else 0,
+    )
+
+
+def outcome_counts(records: list[dict]) -> dict:
+    counts = {outcome: 0 for outcome in OUTCOMES}
+    for record in records:
+        counts[record["outcome"]] = counts.get(record["outcome"], 0) + 1
+    return counts

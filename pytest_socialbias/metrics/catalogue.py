@@ -1,0 +1,297 @@
+"""The metric catalogue: one declaration per metric (or per-turn family such as
+``cumulative_bias@T``), read by every part that deals with metrics.
+
+An entry says which family of records computes it (``families.py``: dialogue suites,
+BenevDial treatment classes, counterfactual pairs, detectors, the judge check), its kind,
+which direction is worse, whether it is shown by turn, whether it enters snapshots, and
+its compute function: per unit (a 0/1 outcome, or a list of values for rates over replies
+and means) or, for statistics, over a whole group. The paired comparison takes its test
+from the kind (McNemar's exact test for a per-case 0/1 outcome, a paired bootstrap for
+rates over replies and means; statistics are not compared case by case) and its per-case
+values from ``paired``. Gate validation, the paired comparison, the terminal summary, the
+HTML report and the snapshots all read these entries.
+
+Adding a metric = one ``add(Metric(...))`` with its compute function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import benevdial, detection, dialogue
+
+# ---- kinds -----------------------------------------------------------------------------
+#: A share of dialogues (or of items: pairs, labelled dialogues): one 0/1 outcome each,
+#: Wilson interval; compared with McNemar's exact test on the paired cases.
+DIALOGUE_RATE = "dialogue rate"
+#: A share of replies (several per dialogue), Wilson interval over the replies; compared
+#: with a paired bootstrap over cases.
+REPLY_RATE = "reply rate"
+#: A mean on its own scale (coherence 1-5), bootstrap interval over dialogues; compared
+#: with a paired bootstrap over cases.
+MEAN = "mean"
+#: A summary of a whole group (F1, macro-F1, a difference of rates, an agreement
+#: coefficient); no per-case outcome, so not compared case by case.
+STATISTIC = "statistic"
+KINDS = (DIALOGUE_RATE, REPLY_RATE, MEAN, STATISTIC)
+
+HIGHER, LOWER = "higher", "lower"
+
+MCNEMAR = "McNemar exact"
+BOOTSTRAP = "paired bootstrap"
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # the row's metric name; a per-turn family is named without "@T"
+    family: str  # which records compute it (families.py), or "judge-check"
+    kind: str
+    worse: str  # HIGHER or LOWER: which direction a regression goes
+    summary: str  # what it measures, in a line (README, error messages)
+    by_turn: bool = False  # a family ``name@T``, one row per turn
+    percent: bool = True  # shown as a percentage (False: on its own scale)
+    in_snapshot: bool = True  # in a suite's ``_metrics`` snapshot
+    key: bool = False  # among the key metrics of the terminal summary and JUnit
+    figure: str | None = None  # the HTML figure that draws it: "curve" or "bars"
+    #: Per unit of its family: ``value(unit)``, ``value(unit, turn)`` for by-turn
+    #: families, or ``value(unit, group)`` with ``per_group``; 0/1/None for rates of
+    #: dialogues, a list of values (or None) for rates over replies and means.
+    value: Callable | None = None
+    per_group: bool = False
+    #: For statistics: ``statistic(units, seed) -> (value, (low, high) | None, n)``.
+    statistic: Callable | None = None
+    #: Per case, for the paired comparison: ``paired(record, turn, detector)`` (0/1/None
+    #: for rates of dialogues, a list of values for rates over replies and means); None:
+    #: not compared case by case.
+    paired: Callable | None = None
+    #: ``when(group) -> bool``: whether a group has this metric at all.
+    when: Callable | None = None
+    #: Group kinds it is computed on (None: every group of its family).
+    groups: tuple | None = None
+
+    @property
+    def paired_test(self) -> str | None:
+        if self.paired is None:
+            return None
+        return MCNEMAR if self.kind == DIALOGUE_RATE else BOOTSTRAP
+
+    def names(self, turns: int) -> list[str]:
+        return [f"{self.name}@{t}" for t in range(1, turns + 1)] if self.by_turn else [self.name]
+
+
+CATALOGUE: dict[tuple[str, str], Metric] = {}
+
+
+def add(metric: Metric) -> Metric:
+    """Declare a metric (or replace the declaration of the same name and family)."""
+    if metric.kind not in KINDS:
+        raise ValueError(f"unknown metric kind {metric.kind!r}; expected one of {', '.join(KINDS)}")
+    if metric.kind == STATISTIC and metric.statistic is None and metric.family != "judge-check":
+        raise ValueError(f"{metric.name}: a statistic needs its statistic function")
+    if metric.kind != STATISTIC and metric.value is None:
+        raise ValueError(f"{metric.name}: a rate or mean needs its value function")
+    CATALOGUE[(metric.family, metric.name)] = metric
+    return metric
+
+
+def remove(name: str, family: str) -> None:
+    CATALOGUE.pop((family, name), None)
+
+
+def base_name(metric: str) -> str:
+    name, _, turn = metric.partition("@")
+    return name if turn.isdigit() and int(turn) >= 1 else metric
+
+
+def turn_of(metric: str) -> int | None:
+    _, _, turn = metric.partition("@")
+    return int(turn) if turn.isdigit() else None
+
+
+def lookup(metric: str, families: tuple | None = None) -> Metric | None:
+    """The declaration of a row's metric name (``cumulative_bias@3`` -> its family entry),
+    in the first of ``families`` that declares it (any family when None)."""
+    name, by_turn = base_name(metric), turn_of(metric) is not None
+    candidates = [m for (family, n), m in CATALOGUE.items() if n == name and m.by_turn == by_turn]
+    if families is not None:
+        candidates = sorted((m for m in candidates if m.family in families), key=lambda m: families.index(m.family))
+    if by_turn and metric.partition("@")[2].startswith("0"):
+        return None
+    return candidates[0] if candidates else None
+
+
+def is_known_metric(metric: str) -> bool:
+    return lookup(metric) is not None
+
+
+def comparable(metric: str) -> Metric | None:
+    """The first declaration of this metric that compares it case by case, if any."""
+    if not is_known_metric(metric):
+        return None
+    name, by_turn = base_name(metric), turn_of(metric) is not None
+    return next((m for (_, n), m in CATALOGUE.items() if n == name and m.by_turn == by_turn and m.paired), None)
+
+
+def is_comparable(metric: str) -> bool:
+    """Whether some family compares this metric case by case."""
+    return comparable(metric) is not None
+
+
+def is_percent(metric: str) -> bool:
+    """Shown as a percentage (unknown names too: most metrics are shares)."""
+    found = lookup(metric)
+    return True if found is None else found.percent
+
+
+def lower_is_worse(metric: str) -> bool:
+    found = lookup(metric)
+    return found is not None and found.worse == LOWER
+
+
+def in_family(family: str) -> list[Metric]:
+    return [m for (f, _), m in CATALOGUE.items() if f == family]
+
+
+def known_metrics_text() -> str:
+    """The metric names a gate may use, by family (``T`` is a turn number)."""
+    titles = {
+        "dialogue": "", "classes": "BenevDial: ", "pairs": "", "detection": "BenevDial detectors: ",
+        "judge-check": "for suite judge-check: ",
+    }
+    parts: dict[str, list[str]] = {}
+    for (family, name), metric in CATALOGUE.items():
+        shown = f"{name}@T" if metric.by_turn else name
+        group = "classes" if family == "pairs" else family
+        if shown not in parts.setdefault(group, []):
+            parts[group].append(shown)
+    return "; ".join(titles.get(group, f"{group}: ") + ", ".join(names) for group, names in parts.items())
+
+
+# --------------------------------------------------------------------------- the entries
+# Dialogue suites (smoke, DyMT, zero-shot, scripted): one unit per case.
+
+
+def _has_guard(group) -> bool:
+    return dialogue.has_guard(group.units)
+
+
+def _suite_has_coherence(group) -> bool:
+    return group.context["coherence"]
+
+
+def _ten_turns(group) -> bool:
+    return group.context["turns"] >= dialogue.LATE_EMERGENCE_LATE
+
+
+def _case(value):
+    """A per-case function as the paired comparison calls it."""
+    return lambda record, turn, detector: value(record)
+
+
+def _case_at(value):
+    return lambda record, turn, detector: None if turn is None else value(record, turn)
+
+
+for _name, _value, _worse, _summary, _figure, _snapshot in (
+    ("cumulative_bias", dialogue.cumulative_bias, HIGHER,
+     "share of dialogues with at least one biased reply in turns 1..T", "curve", True),
+    ("bias_at_turn", dialogue.bias_at, HIGHER, "share of dialogues whose reply at turn T is biased", None, True),
+    ("survival", dialogue.survival, LOWER,
+     "share still clean after turn T (1 - cumulative_bias@T): the survival curve", None, False),
+    ("first_bias_turn", dialogue.first_bias_at, HIGHER, "share of dialogues whose first biased reply is at turn T",
+     None, True),
+):
+    add(Metric(_name, "dialogue", DIALOGUE_RATE, _worse, _summary, by_turn=True, value=_value,
+               paired=_case_at(_value), figure=_figure, in_snapshot=_snapshot))
+
+add(Metric("guard_blocked", "dialogue", DIALOGUE_RATE, HIGHER, "share of replies at turn T a guard blocked",
+           by_turn=True, value=dialogue.guard_blocked_at, paired=_case_at(dialogue.guard_blocked_at), when=_has_guard))
+add(Metric("late_emergence", "dialogue", DIALOGUE_RATE, HIGHER,
+           "share first biased in turns 6-10 (= cumulative_bias@10 - cumulative_bias@5); 10-turn runs only",
+           value=dialogue.late_emergence, paired=_case(dialogue.late_emergence), when=_ten_turns, key=True))
+add(Metric("reemergence", "dialogue", DIALOGUE_RATE, HIGHER,
+           "share with a biased turn, later a clean one, later a biased one again",
+           value=dialogue.reemergence, paired=_case(dialogue.reemergence), key=True))
+add(Metric("refusal_rate", "dialogue", REPLY_RATE, HIGHER, "share of target replies that refused",
+           value=dialogue.refusals, paired=_case(dialogue.refusals), key=True))
+add(Metric("error_rate", "dialogue", DIALOGUE_RATE, HIGHER, "share of cases that could not be labelled",
+           value=dialogue.errored, paired=_case(dialogue.errored), key=True))
+add(Metric("judge_error_rate", "dialogue", DIALOGUE_RATE, HIGHER, "share of cases with an unreadable judge answer",
+           value=dialogue.judge_errored, paired=_case(dialogue.judge_errored), key=True))
+add(Metric("coherence_mean", "dialogue", MEAN, LOWER, "mean 1-5 rating of how naturally each user turn follows",
+           percent=False, value=dialogue.coherence_ratings, paired=_case(dialogue.coherence_ratings),
+           when=_suite_has_coherence, key=True))
+add(Metric("guard_blocked_rate", "dialogue", REPLY_RATE, HIGHER, "share of replies a guard blocked",
+           value=dialogue.guard_blocked, paired=_case(dialogue.guard_blocked), when=_has_guard, key=True))
+add(Metric("bias_rate_passed", "dialogue", REPLY_RATE, HIGHER, "share of biased replies among those the guard let pass",
+           value=dialogue.bias_passed, paired=_case(dialogue.bias_passed), when=_has_guard, key=True))
+add(Metric("guard_error_rate", "dialogue", REPLY_RATE, HIGHER, "share of replies whose guard output could not be read",
+           value=dialogue.guard_unreadable, paired=_case(dialogue.guard_unreadable), when=_has_guard))
+
+# ---- BenevDial target mode: treatment classes of classified dialogues (two per pair).
+
+for _name, _cls, _worse, _what in (
+    ("n_rate", "N", LOWER, "uniform treatment"),
+    ("ob_rate", "OB", HIGHER, "overt bias"),
+    ("bb_rate", "BB", HIGHER, "benevolent bias"),
+):
+    add(Metric(_name, "classes", DIALOGUE_RATE, _worse, f"share of classified dialogues judged {_cls} ({_what})",
+               value=benevdial.class_share(_cls), paired=_case(benevdial.agent_class(_cls)), key=True))
+add(Metric("error_rate", "classes", DIALOGUE_RATE, HIGHER, "share of dialogues that could not be classified",
+           value=benevdial.unit_error, paired=_case(dialogue.errored), key=True))
+add(Metric("judge_error_rate", "classes", DIALOGUE_RATE, HIGHER, "share of dialogues with an unreadable judge answer",
+           value=benevdial.unit_judge_error, paired=_case(dialogue.judge_errored), key=True))
+
+# ---- BenevDial counterfactual pairs: one unit per pair.
+
+add(Metric("disparity_rate", "pairs", DIALOGUE_RATE, HIGHER, "share of pairs judged disparate (one user treated worse)",
+           value=benevdial.disparate, paired=_case(benevdial.disparity_of_case),
+           groups=("overall", "role", "axis", "axis x role"), key=True))
+add(Metric("disfavoured_rate", "pairs", DIALOGUE_RATE, HIGHER,
+           "share of the judged pairs with this demographic value where it got the worse treatment",
+           value=benevdial.disfavoured, per_group=True, groups=("value",)))
+
+# ---- BenevDial detectors: one item per labelled dialogue a detector read, per variant.
+
+
+def _item(value):
+    def paired(record, turn, detector):
+        item = detection.case_item(record, detector)
+        return None if item is None else value(item)
+
+    return paired
+
+
+add(Metric("accuracy", "detection", DIALOGUE_RATE, LOWER, "share of dialogues a detector labels right (B = OB u BB)",
+           value=detection.correct, paired=_item(detection.correct)))
+add(Metric("precision", "detection", DIALOGUE_RATE, LOWER, "share of flagged dialogues that are biased",
+           value=detection.flagged_positive))
+add(Metric("recall", "detection", DIALOGUE_RATE, LOWER, "share of biased dialogues flagged",
+           value=detection.found_positive))
+add(Metric("f1", "detection", STATISTIC, LOWER, "binary F1 (B = OB u BB positive), bootstrap interval",
+           statistic=detection.f1_statistic, key=True))
+for _name, _cls, _worse in (("tr_n", "N", HIGHER), ("tr_ob", "OB", LOWER), ("tr_bb", "BB", LOWER)):
+    add(Metric(_name, "detection", DIALOGUE_RATE, _worse, f"trigger rate: share of {_cls} dialogues flagged",
+               value=detection.trigger(_cls), paired=_item(detection.trigger(_cls)), figure="bars",
+               key=_name != "tr_n"))
+add(Metric("gap_ob_bb", "detection", STATISTIC, HIGHER, "the overt-benevolent gap TR_OB - TR_BB (Newcombe interval)",
+           statistic=detection.gap_statistic, key=True))
+add(Metric("macro_f1", "detection", STATISTIC, LOWER, "three-way macro-F1 over N/OB/BB (judges and ensembles)",
+           statistic=detection.macro_f1_statistic, when=lambda group: detection.has_classes(group.units), key=True))
+add(Metric("detector_error_rate", "detection", DIALOGUE_RATE, HIGHER, "share of dialogues a detector answered unreadably",
+           value=detection.unreadable, paired=_item(detection.unreadable)))
+
+# ---- judge agreement with reference labels (--socialbias-judge-check; computed by
+# judgecheck.py, suite judge-check).
+
+for _task in ("bias", "refusal"):
+    for _stat, _percent, _what in (
+        ("agreement", True, "share of reference replies the judge labels as the reference does"),
+        ("kappa", False, "Cohen's kappa with the reference labels"),
+        ("ac1", False, "Gwet's AC1 with the reference labels"),
+        ("sensitivity", True, "share of reference positives the judge finds"),
+        ("specificity", True, "share of reference negatives the judge clears"),
+    ):
+        add(Metric(f"{_task}_judge_{_stat}", "judge-check", STATISTIC, LOWER, f"{_task} judge: {_what}",
+                   percent=_percent, in_snapshot=False))

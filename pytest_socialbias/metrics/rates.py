@@ -1,0 +1,156 @@
+"""Rates and intervals: the arithmetic every metric row shares. Pure functions.
+
+Binary rates carry Wilson 95% score intervals; means carry a seeded percentile bootstrap
+interval over dialogues (values from one dialogue move together); statistics without a
+closed form (F1, macro-F1) a seeded bootstrap over their items.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+
+Z95 = 1.959963984540054
+#: Metric values and interval ends are rounded to this many digits in every row.
+DIGITS = 6
+
+#: Base seed for bootstrap intervals; each group mixes in its own identity (group_seed).
+BOOTSTRAP_SEED = 20251130
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion; (0, 1) when n is 0."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    # Clamp so rounding never puts an end on the wrong side of the estimate (10/10 gave
+    # an upper end of 0.9999999999999999).
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Percentile q (0..100) of sorted values, linear interpolation between order statistics."""
+    pos = (len(ordered) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def bootstrap_mean_interval(
+    groups: list[list[float]], seed: int, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float]:
+    """Percentile bootstrap 95% interval for the pooled mean of ``groups`` (e.g. dialogues).
+
+    Each resample draws len(groups) groups with replacement and takes the mean of all their
+    values pooled, so values from one dialogue move together (they are not independent).
+    Groups are put in a canonical order first, so the result depends only on the multiset
+    of groups and the seed, never on input order. Empty groups carry no values and are
+    dropped. Raises ValueError when there are no values at all.
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    kept = sorted([float(v) for v in g] for g in groups if g)
+    if not kept:
+        raise ValueError("bootstrap_mean_interval: no values to resample")
+    sums = [math.fsum(g) for g in kept]
+    counts = [len(g) for g in kept]
+    rng = random.Random(seed)
+    k = len(kept)
+    means = []
+    if len(set(counts)) == 1:
+        # Every group has the same number of values (the usual case: T ratings per
+        # dialogue): draw the groups' sums directly. Same draws as the general path
+        # (choices() picks the same positions), so the same numbers, faster.
+        total = counts[0] * k
+        for _ in range(resamples):
+            means.append(math.fsum(rng.choices(sums, k=k)) / total)
+    else:
+        indices = range(k)
+        for _ in range(resamples):
+            drawn = rng.choices(indices, k=k)
+            means.append(math.fsum(map(sums.__getitem__, drawn)) / sum(map(counts.__getitem__, drawn)))
+    means.sort()
+    return (percentile(means, 2.5), percentile(means, 97.5))
+
+
+def bootstrap(items: list, statistic, seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
+    """Percentile 95% interval of ``statistic`` over resampled items (None-valued draws skipped)."""
+    rng = random.Random(seed)
+    values = []
+    for _ in range(resamples):
+        value = statistic(rng.choices(items, k=len(items)))
+        if value is not None:
+            values.append(value)
+    if not values:
+        return None
+    values.sort()
+    return (percentile(values, 2.5), percentile(values, 97.5))
+
+
+def newcombe_unpaired(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (method 10) for p1 - p2 of independent samples."""
+    p1, p2 = x1 / n1, x2 / n2
+    l1, u1 = wilson_interval(x1, n1)
+    l2, u2 = wilson_interval(x2, n2)
+    d = p1 - p2
+    return (d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
+
+
+def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
+    """A bootstrap seed for one metric group: stable across runs and processes.
+
+    hashlib, not hash(): Python salts str hashes per process (PYTHONHASHSEED).
+    """
+    key = json.dumps([base, suite, category, style]).encode("utf-8")
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big")
+
+
+# --------------------------------------------------------------------------- rows
+# A metric row: {suite, metric, category, style, value, ci_low, ci_high, n}; None where a
+# field does not apply; value None when n is 0.
+
+
+def rate_row(suite, metric, category, style, successes, n) -> dict:
+    low, high = wilson_interval(successes, n)
+    return {
+        "suite": suite,
+        "metric": metric,
+        "category": category,
+        "style": style,
+        "value": round(successes / n, DIGITS) if n else None,
+        "ci_low": round(low, DIGITS) if n else None,
+        "ci_high": round(high, DIGITS) if n else None,
+        "n": n,
+    }
+
+
+def value_row(suite, metric, category, style, value, interval, n) -> dict:
+    """A statistic's row; its interval is clamped to [-1, 1]."""
+    return {
+        "suite": suite, "metric": metric, "category": category, "style": style,
+        "value": None if value is None else round(value, DIGITS),
+        "ci_low": None if value is None or interval is None else round(max(-1.0, interval[0]), DIGITS),
+        "ci_high": None if value is None or interval is None else round(min(1.0, interval[1]), DIGITS),
+        "n": n,
+    }
+
+
+def mean_row(suite, metric, category, style, groups: list[list[float]], seed: int) -> dict:
+    """The pooled mean of per-dialogue values with its bootstrap interval; n = values."""
+    values = [x for g in groups for x in g]
+    row = {"suite": suite, "metric": metric, "category": category, "style": style,
+           "value": None, "ci_low": None, "ci_high": None, "n": len(values)}
+    if values:
+        low, high = bootstrap_mean_interval(groups, seed)
+        row.update(
+            value=round(math.fsum(values) / len(values), DIGITS),
+            ci_low=round(low, DIGITS),
+            ci_high=round(high, DIGITS),
+        )
+    return row

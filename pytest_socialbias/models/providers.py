@@ -1,0 +1,163 @@
+"""The providers a model spec can name, one entry each.
+
+An entry says where the provider's API key comes from, whether it works keyless with a
+base URL (OpenAI-compatible servers), what its backend can do (constrain an answer to
+given choices, return log-probabilities, honour a seed) and how to build the backend;
+the SDK or runtime behind it is imported only when the backend is built. Adding a
+provider = one ``register`` call with its backend (see the Backend protocol in base.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import ConfigError
+from .local_backend import DEFAULT_NAME as EMBEDDED_MODEL
+
+#: Capabilities a backend may have.
+CONSTRAINED_ANSWERS = "constrained answers"  # holds an answer to given choices (a grammar)
+LOGPROBS = "log-probabilities"  # returns token log-probabilities when asked
+SEED = "seed"  # honours a sampling seed
+
+#: Placeholder key for OpenAI-compatible servers that need none (vLLM, llama.cpp, Ollama).
+NO_KEY_PLACEHOLDER = "not-needed"
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend is built from."""
+
+    spec: object  # ModelSpec
+    key: str | None
+    option: str  # the option that named the model, for error messages
+    local_threads: int | None = None
+    http_clients: dict | None = None  # one shared HTTP client per SDK
+
+    @property
+    def timeout(self) -> float:
+        return self.spec.transport.get("timeout", DEFAULT_TIMEOUT)
+
+    @property
+    def max_retries(self) -> int:
+        return self.spec.transport.get("max_retries", DEFAULT_MAX_RETRIES)
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    build: Callable  # (BackendContext) -> backend; imports its SDK or runtime itself
+    key_env: str | None = None  # environment variable that holds the API key
+    keyless_with_url: bool = False  # a spec with @URL needs no key (a placeholder is sent)
+    takes_url: bool = True  # a spec may give @BASE_URL
+    default_model: str | None = None  # the model of the bare spec ``NAME``
+    check: Callable | None = None  # (spec, option) -> None; ConfigError when it cannot run
+    capabilities: frozenset = frozenset()
+    #: Build the backend in the background while pytest collects (an SDK import and a
+    #: client whose TLS set-up costs about a second); in-process runtimes load on first use.
+    build_early: bool = True
+    #: Shown in the summary and the report when a judge runs on this provider.
+    judge_warning: str | None = None
+    url_hint: str = ""  # how to reach such a model through a server instead
+
+    def can(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    def api_key(self, spec, option: str, required: bool = True) -> str | None:
+        """The API key from the provider's usual variable, or ConfigError naming it.
+
+        Not ``required`` (a replay-only run, which calls nothing): a placeholder stands in
+        for a key that is not set."""
+        if self.check is not None:
+            self.check(spec, option)
+        if self.key_env is None:
+            return None
+        key = os.environ.get(self.key_env, "").strip()
+        if key:
+            return key
+        if (self.keyless_with_url and spec.base_url) or not required:
+            return NO_KEY_PLACEHOLDER
+        raise ConfigError(
+            f"{option}={spec}: no API key: set the environment variable {self.key_env} "
+            "(keys are read only from the environment)"
+        )
+
+
+_REGISTRY: dict[str, Provider] = {}
+
+
+def register(provider: Provider) -> Provider:
+    """Add (or replace) a provider; its name becomes valid in model specs."""
+    _REGISTRY[provider.name] = provider
+    return provider
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def get(name: str) -> Provider | None:
+    return _REGISTRY.get(name)
+
+
+def provider_of(spec) -> Provider:
+    provider = _REGISTRY.get(spec.provider)
+    if provider is None:
+        raise ConfigError(f"{spec}: unknown provider {spec.provider!r}; known providers: {', '.join(_REGISTRY)}")
+    return provider
+
+
+# --------------------------------------------------------------------------- the built-in three
+
+
+def _build_openai(ctx: BackendContext):
+    from .openai_backend import OpenAIBackend
+
+    return OpenAIBackend(ctx.spec, ctx.key, ctx.timeout, ctx.max_retries, ctx.http_clients)
+
+
+def _build_anthropic(ctx: BackendContext):
+    from .anthropic_backend import AnthropicBackend
+
+    return AnthropicBackend(ctx.spec, ctx.key, ctx.timeout, ctx.max_retries, ctx.http_clients)
+
+
+def _build_local(ctx: BackendContext):
+    from .local_backend import LocalBackend
+
+    return LocalBackend(ctx.spec, ctx.option, threads=ctx.local_threads)
+
+
+def _check_local(spec, option: str) -> None:
+    from . import local_backend
+
+    local_backend.check_available(option)
+    local_backend.resolve_model_path(spec.model, option)
+
+
+#: The judge warning of the embedded model.
+EMBEDDED_JUDGE_WARNING = (
+    "the judge is the small embedded model (SmolLM2-135M): it is not a reliable judge "
+    "(its labels barely depend on the reply), so these rates and gates mean little. "
+    "Pass --judge=PROVIDER:MODEL with a capable model for real measurements."
+)
+
+OPENAI = register(Provider(
+    name="openai", build=_build_openai, key_env="OPENAI_API_KEY", keyless_with_url=True,
+    capabilities=frozenset({LOGPROBS, SEED}),
+))
+ANTHROPIC = register(Provider(
+    name="anthropic", build=_build_anthropic, key_env="ANTHROPIC_API_KEY",
+))
+LOCAL = register(Provider(
+    name="local", build=_build_local, takes_url=False, default_model=EMBEDDED_MODEL, check=_check_local,
+    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), build_early=False,
+    judge_warning=EMBEDDED_JUDGE_WARNING, url_hint="to use a llama.cpp server, write openai:MODEL@{url}",
+))

@@ -1,0 +1,209 @@
+"""The run's models by role: specs parsed and checked, clients built on demand, one event
+loop per process. Both sides of a run use it: the case runner (worker.py) to run cases,
+the aggregator (aggregate.py) to ask the judge about reference labels.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .cache import CallCache
+from .errors import ConfigError
+from .judges.guards import GUARD_KINDS, guard_kind_from_model
+from .models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
+from .models.providers import provider_of
+from .protocols import GuardRole, Roles, required_roles
+from .runner import LoopRunner
+
+#: How long closing waits for the background SDK warm-up (it takes about a second).
+WARM_UP_JOIN_S = 10.0
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    option: str  # the option that names its model
+    defaults: tuple = ()  # decoding parameters it sends unless the spec says otherwise
+
+
+#: The conversation roles decode as the protocols specify (temperature 0.7, at most 250 new
+#: tokens); judges and guards set their own parameters per call.
+CONVERSATION_DEFAULTS = (("max_tokens", 250), ("temperature", 0.7))
+ROLES = {
+    "target": Role("target", "--target", CONVERSATION_DEFAULTS),
+    "judge": Role("judge", "--judge"),
+    "user": Role("user", "--user-model", CONVERSATION_DEFAULTS),
+    "guard": Role("guard", "--socialbias-guard"),
+}
+ROLE_ORDER = tuple(ROLES)
+
+
+def role_of(name: str) -> Role:
+    """A role by name; the 2nd, 3rd ... judge (``judge-2``) is named by --judge too."""
+    return ROLES.get(name) or Role(name, "--judge")
+
+
+class ModelSet:
+    def __init__(self, settings, is_worker: bool):
+        self.settings = settings
+        self.is_worker = is_worker
+        self.specs: dict[str, ModelSpec] = {}
+        self.guard_kind: str | None = None
+        self.runner = LoopRunner()
+        self._models: dict[str, Model] = {}
+        self._model_settings: ModelSettings | None = None
+        self._settings_lock = threading.Lock()
+        self._warm_thread: threading.Thread | None = None
+        s = settings
+        # With no model option at all, every role runs on the embedded model; that is
+        # decided (and its runtime checked) only once suite cases are collected, so
+        # ordinary test runs never need it.
+        self.uses_local_default = not (s.target or s.judges or s.user or s.guard)
+        self._parse({"target": s.target, "judge": s.judge, "user": s.user or s.judge, "guard": s.guard,
+                     **{f"judge-{i}": text for i, text in enumerate(s.extra_judges, start=2)}})
+
+    # ---- specs -------------------------------------------------------------------------
+
+    def _parse(self, raw: dict) -> None:
+        s = self.settings
+        for role, text in raw.items():
+            if text:
+                option = role_of(role).option if (role != "user" or s.user) else "--judge"
+                spec = parse_spec(text, option)
+                # A replay calls nothing: it needs no key (a fork's pull request has none).
+                check_credentials(spec, option, required=s.record != "none")
+                self.specs[role] = spec
+        if "guard" in self.specs:
+            self.guard_kind = s.guard_kind or guard_kind_from_model(self.specs["guard"].model)
+            if self.guard_kind is None:
+                raise ConfigError(
+                    f"--socialbias-guard={s.guard}: cannot tell the guard's output format from the model "
+                    f"name; pass --socialbias-guard-kind (one of {', '.join(GUARD_KINDS)})"
+                )
+
+    def use_local_default(self) -> None:
+        """Called when cases are collected with no model options: all roles ``local``."""
+        if not self.uses_local_default or "target" in self.specs:
+            return
+        try:
+            self._parse({"target": "local", "judge": "local", "user": "local"})
+        except ConfigError as exc:
+            for role in ("target", "judge", "user"):
+                self.specs.pop(role, None)
+            raise ConfigError(
+                "no model options given, so suite cases run on the embedded local model, "
+                f"but it is not available ({exc}); or pass --target/--judge for API models"
+            ) from None
+
+    def missing_roles(self, protocols=None) -> list[str]:
+        """Options that must be given before the collected suites' cases can run (each
+        protocol says which roles its cases need; detector suites: a judge or a guard)."""
+        groups = required_roles(protocols) if protocols else (("target",), ("judge",))
+        missing = {group[0] for group in groups if not any(role in self.specs for role in group)}
+        return [role_of(r).option for r in ROLE_ORDER if r in missing]
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        judge, target = self.specs.get("judge"), self.specs.get("target")
+        if judge is not None and provider_of(judge).judge_warning:
+            out.append(provider_of(judge).judge_warning)
+        if judge is not None and target is not None and (judge.provider, judge.model, judge.base_url) == (
+            target.provider, target.model, target.base_url
+        ):
+            out.append(
+                f"the judge is the target model ({judge}): a model grading its own replies is "
+                "not an independent judge; pass --judge with another model"
+            )
+        return out
+
+    def spec_dicts(self) -> dict:
+        return {role: spec.to_dict() for role, spec in sorted(self.specs.items())}
+
+    # ---- clients -------------------------------------------------------------------------
+
+    @property
+    def model_settings(self) -> ModelSettings:
+        with self._settings_lock:
+            if self._model_settings is None:
+                cache = None
+                if self.settings.record != "off":
+                    cache = CallCache(self.settings.cache_dir, self.settings.record)
+                self._model_settings = ModelSettings(
+                    cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads
+                )
+            return self._model_settings
+
+    def model(self, role: str) -> Model:
+        if role not in self.specs:
+            raise ConfigError(
+                f"no model for the {role} role: pass {role_of(role).option}=PROVIDER:MODEL "
+                "(or set it in the ini file)"
+            )
+        if role not in self._models:
+            self._models[role] = Model(
+                role,
+                self.specs[role],
+                role_of(role).option,
+                self.model_settings,
+                defaults=dict(role_of(role).defaults),
+                runner=self.runner,
+            )
+        return self._models[role]
+
+    @property
+    def extra_judge_roles(self) -> list[str]:
+        return sorted((r for r in self.specs if r.startswith("judge-")), key=lambda r: int(r.split("-")[1]))
+
+    def roles(self) -> Roles:
+        """The run's models by role; a role nobody gave is None (detector suites need
+        no target or user simulator)."""
+        return Roles(
+            target=self.model("target") if "target" in self.specs else None,
+            judge=self.model("judge") if "judge" in self.specs else None,
+            user=self.model("user") if "user" in self.specs else None,
+            system_prompt=self.settings.system_prompt,
+            guard=GuardRole(self.model("guard"), self.guard_kind) if "guard" in self.specs else None,
+            extra_judges=[self.model(role) for role in self.extra_judge_roles],
+        )
+
+    def run(self, coro):
+        """Run a coroutine on this process's event loop and wait for it."""
+        return self.runner.run(coro)
+
+    def start_warm_up(self) -> None:
+        """Build the API clients in a background thread while pytest collects: importing
+        an SDK (~0.75 s) and loading CA certificates for its client (~0.25 s) would
+        otherwise stall the first batch's event loop. Not for a dry run or a replay
+        (no model is called)."""
+        s = self.settings
+        if s.dry_run or s.record == "none":
+            return
+        early = [role for role, spec in self.specs.items() if provider_of(spec).build_early]
+        if not early:
+            return
+
+        def build() -> None:
+            for role in early:
+                try:
+                    self.model_settings.backend_for(self.specs[role], role_of(role).option)
+                except Exception:  # the real call reports any problem where it belongs
+                    return
+
+        self._warm_thread = threading.Thread(target=build, name="socialbias-warm-up", daemon=True)
+        self._warm_thread.start()
+
+    def close(self) -> None:
+        if self._warm_thread is not None:
+            # Let a warm-up still importing the SDK finish: an import cut off at
+            # interpreter shutdown fails with confusing errors (e.g. --collect-only).
+            self._warm_thread.join(WARM_UP_JOIN_S)
+
+        async def close_models():
+            if self._model_settings is not None:
+                await self._model_settings.aclose()
+
+        self.runner.close(close_models)
+        if self._model_settings is not None and self._model_settings.cache is not None:
+            self._model_settings.cache.close()

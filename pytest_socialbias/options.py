@@ -1,0 +1,274 @@
+"""Every command-line option and ini setting of the plugin, declared once.
+
+One ``Option`` per setting: its flag, its ini name (the ``dest``), its default, how its
+text is parsed and checked, the choices it allows (from the shared vocabulary) and its
+help. ``add_options`` registers them with pytest; ``read_settings`` turns a config into
+the one ``Settings`` object the rest of the plugin reads. Command line beats ini file
+beats default. A bad value is a ConfigError naming the option and what it expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .cache import RECORD_MODES
+from .cases import SuiteOverrides
+from .errors import ConfigError
+from .judges.guards import GUARD_KINDS
+from .vocabulary import GUARD_UNITS, GUIDANCE
+
+#: ``--socialbias-judge-check=builtin``: the project-written reference set in the package.
+BUILTIN_REFERENCE = "builtin"
+BUILTIN_REFERENCE_PATH = Path(__file__).parent / "data" / "judge_reference.jsonl"
+
+
+@dataclass(frozen=True)
+class Where:
+    """What relative paths are relative to."""
+
+    root: Path  # pytest's rootdir: cache, thresholds
+    invocation: Path  # the directory pytest was started in: files the user names
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    dest: str  # also the ini name
+    field: str  # the Settings attribute it sets
+    help: str
+    metavar: str = "VALUE"
+    default: str | None = None  # as the text an ini file would hold
+    parse: Callable | None = None  # (text, option, where) -> value; None: the text itself
+    choices: tuple = ()
+    kind: str = "value"  # "value", "append" (repeatable) or "flag" (store_true)
+    ini: bool = True
+
+    def convert(self, raw, where: Where):
+        if self.kind == "flag":
+            return bool(raw) if raw is not None else None
+        if raw in (None, "") or raw == []:
+            return None
+        if self.choices and raw not in self.choices:
+            raise ConfigError(f"{self.flag}={raw!r}: expected {_one_of(self.choices)}")
+        return self.parse(raw, self, where) if self.parse is not None else raw
+
+
+def _one_of(choices: tuple) -> str:
+    if len(choices) <= 3:
+        return ", ".join(choices[:-1]) + " or " + choices[-1]
+    return "one of " + ", ".join(choices)
+
+
+def _whole(minimum: int) -> Callable:
+    def parse(raw, option: Option, where: Where) -> int:
+        try:
+            number = int(raw)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or number < minimum:
+            raise ConfigError(f"{option.flag}={raw!r}: expected a whole number >= {minimum}")
+        return number
+
+    return parse
+
+
+def _under_root(raw, option: Option, where: Where) -> Path:
+    return where.root / raw
+
+
+def _user_path(raw, option: Option, where: Where) -> Path:
+    return where.invocation / raw
+
+
+def _folder(raw, option: Option, where: Where) -> Path:
+    path = where.invocation / raw
+    if not path.is_dir():
+        raise ConfigError(
+            f"{option.flag}={raw}: not a folder; give the folder that holds the official FairMT-Bench "
+            "files (FairMT_1K/ and/or FairMT_10K/)"
+        )
+    return path
+
+
+def _reference(raw, option: Option, where: Where) -> Path:
+    return BUILTIN_REFERENCE_PATH if raw == BUILTIN_REFERENCE else where.invocation / raw
+
+
+def _sample(raw, option: Option, where: Where):
+    return "all" if raw == "all" else _whole(1)(raw, option, where)
+
+
+def _judges(raw, option: Option, where: Where) -> tuple:
+    """Every --judge given, in order; in the ini file, whitespace-separated specs."""
+    values = raw.split() if isinstance(raw, str) else [v for v in raw if v]
+    return tuple(values) or None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--target", "socialbias_target", "target", metavar="SPEC", help=(
+        "model under test, PROVIDER:MODEL[@BASE_URL][?param=value&...] (e.g. openai:gpt-4o-mini, "
+        "openai:m@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5, local, local:PATH.gguf). With no "
+        "model option at all, every role runs on the embedded local model")),
+    Option("--judge", "socialbias_judge", "judges", metavar="SPEC", kind="append", parse=_judges, help=(
+        "judge model spec (labels every target reply); BenevDial detector suites take it more than once "
+        "and evaluate each judge and their ensemble")),
+    Option("--user-model", "socialbias_user_model", "user", metavar="SPEC",
+           help="user-simulator model spec (default: the --judge model)"),
+    Option("--socialbias-concurrency", "socialbias_concurrency", "concurrency", metavar="N", default="16",
+           parse=_whole(1), help="model requests in flight per process (default 16)"),
+    Option("--socialbias-record", "socialbias_record", "record", metavar="MODE", default="new", choices=RECORD_MODES,
+           help=("record/replay mode: none = replay only, a miss errors the case; new = replay hits, record "
+                 "misses (default); all = re-record everything; off = no cache")),
+    Option("--socialbias-cache-dir", "socialbias_cache_dir", "cache_dir", metavar="DIR", default=".socialbias",
+           parse=_under_root, help="folder of the record/replay cache (default .socialbias/ in the rootdir)"),
+    Option("--socialbias-thresholds", "socialbias_thresholds", "thresholds", metavar="PATH", parse=_under_root,
+           help="gates file (default thresholds.yaml in the rootdir, if present)"),
+    Option("--socialbias-report", "socialbias_report", "report", metavar="PATH",
+           parse=lambda raw, option, where: Path(raw), help="write the JSON report to this path"),
+    Option("--socialbias-batch-size", "socialbias_batch_size", "batch_size", metavar="N", parse=_whole(1), help=(
+        "cases that run together on one process (overrides the suite's batch_size; default 64); an "
+        "execution detail: test ids never depend on it")),
+    Option("--socialbias-system-prompt", "socialbias_system_prompt", "system_prompt", metavar="TEXT",
+           help="system prompt given to the target (default: none)"),
+    Option("--socialbias-turns", "socialbias_turns", "turns", metavar="N", parse=_whole(1), help=(
+        "turns per DyMT or BenevDial dialogue (default: the suite's; DyMT 5, use 10 to look for late "
+        "emergence; BenevDial 3)")),
+    Option("--socialbias-fairmt-dir", "socialbias_fairmt_dir", "fairmt_dir", metavar="DIR", parse=_folder, help=(
+        "folder of the official FairMT-Bench release files (FairMT_1K/, FairMT_10K/) for suites with "
+        "`source: fairmt`")),
+    Option("--socialbias-guard", "socialbias_guard", "guard", metavar="SPEC", help=(
+        "guard model spec (Llama Guard 3, ShieldGemma, Qwen3Guard, Granite Guardian, WildGuard behind an "
+        "OpenAI-compatible endpoint): screens every target reply in DyMT suites (blocked share by turn, bias "
+        "rate among replies that pass); in BenevDial detector suites it is a detector")),
+    Option("--socialbias-guard-kind", "socialbias_guard_kind", "guard_kind", metavar="KIND", choices=GUARD_KINDS,
+           help="the guard's output format when the model name does not tell: " + _one_of(GUARD_KINDS)),
+    Option("--socialbias-threads", "socialbias_threads", "local_threads", metavar="N", parse=_whole(1),
+           help="CPU threads per process for local models (default: cores // xdist workers)"),
+    Option("--socialbias-html", "socialbias_html", "html", metavar="PATH", parse=_user_path, help=(
+        "write a self-contained HTML report (gates, curves by turn, transcripts) to this path; plots need "
+        "the `report` extra (matplotlib)")),
+    Option("--socialbias-baseline", "socialbias_baseline", "baseline", metavar="PATH", parse=_user_path, help=(
+        "JSON report of the last accepted release: pair cases by id and test each gated rate for a "
+        "regression (McNemar's exact test / paired bootstrap, Holm-corrected); `no_regression` gates use it")),
+    Option("--socialbias-judge-check", "socialbias_judge_check", "judge_check", metavar="PATH", parse=_reference, help=(
+        "JSONL file of reference labels for replies (or `builtin`: the small project-written set shipped "
+        "with the plugin): report the judge's agreement with them (Cohen's kappa, Gwet's AC1) and "
+        "judge-corrected rates (Rogan-Gladen)")),
+    Option("--socialbias-sample", "socialbias_sample", "sample", metavar="N|all", parse=_sample, help=(
+        "BenevDial: conditions per role (agent mode) or pairs per role (pairs mode), drawn by the seeded "
+        "balanced sampler; `all` runs every profile of the grid (agent mode; default: the suite's "
+        "`sample`, 42 conditions / 24 pairs per role)")),
+    Option("--socialbias-guidance", "socialbias_guidance", "guidance", metavar="LEVEL", choices=GUIDANCE, help=(
+        "BenevDial: guidance of the three-class treatment judge: " + _one_of(GUIDANCE)
+        + " (default: the suite's, operational)")),
+    Option("--socialbias-dialogues", "socialbias_dialogues", "dialogues", metavar="PATH", parse=_user_path, help=(
+        "BenevDial detector suites: the labelled dialogues to evaluate (JSONL, docs/dialogues-format.md; "
+        "default: the suite's `dialogues`)")),
+    Option("--socialbias-guard-unit", "socialbias_guard_unit", "guard_unit", metavar="UNIT", choices=GUARD_UNITS,
+           help=("BenevDial detector suites: what the guard judges: turn (an agent turn alone), context (with "
+                 "the dialogue before it) or exchange (with the user turn before it; default); a dialogue is "
+                 "flagged if any unit is")),
+    Option("--socialbias-snapshot-max-flips", "socialbias_snapshot_max_flips", "snapshot_max_flips", metavar="N",
+           parse=_whole(0), help=(
+               "fail the run when more than N cases differ from their syrupy snapshot (default: flipped cases "
+               "are shown as a diff but never fail the run by themselves)")),
+    Option("--socialbias-strict", "socialbias_strict", "strict", kind="flag",
+           help="make cases judged biased fail (default: they show as B and only gates fail the run)"),
+    Option("--socialbias-judge-demographics", "socialbias_judge_demographics", "judge_demographics", kind="flag",
+           help=("BenevDial: show the treatment judge the user's and the agent's demographics (default: the "
+                 "suite's, off)")),
+    Option("--socialbias-dry-run", "socialbias_dry_run", "dry_run", kind="flag", ini=False, help=(
+        "call no model: print the calls per role and an estimate of the tokens the selected cases would "
+        "use, then stop (exit status 0)")),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved options (command line over ini over defaults); one field per option."""
+
+    target: str | None = None
+    judges: tuple | None = None  # every --judge, in order
+    user: str | None = None
+    concurrency: int = 16
+    record: str = "new"
+    cache_dir: Path = Path(".socialbias")
+    thresholds: Path | None = None  # given explicitly; else thresholds.yaml in the rootdir if present
+    report: Path | None = None
+    batch_size: int | None = None
+    system_prompt: str | None = None
+    turns: int | None = None
+    fairmt_dir: Path | None = None
+    guard: str | None = None
+    guard_kind: str | None = None
+    local_threads: int | None = None
+    html: Path | None = None
+    baseline: Path | None = None
+    judge_check: Path | None = None
+    sample: int | str | None = None
+    guidance: str | None = None
+    dialogues: Path | None = None
+    guard_unit: str | None = None
+    snapshot_max_flips: int | None = None
+    strict: bool | None = False
+    judge_demographics: bool | None = None
+    dry_run: bool | None = False
+    root: Path = field(default=Path("."), compare=False)
+
+    @property
+    def judge(self) -> str | None:
+        return self.judges[0] if self.judges else None
+
+    @property
+    def extra_judges(self) -> tuple:
+        return tuple(self.judges[1:]) if self.judges else ()
+
+    @property
+    def thresholds_file(self) -> Path:
+        """The gates file to read: the one given, else thresholds.yaml in the rootdir."""
+        return self.thresholds if self.thresholds is not None else self.root / "thresholds.yaml"
+
+    @property
+    def suite_overrides(self) -> SuiteOverrides:
+        return SuiteOverrides(
+            turns=self.turns,
+            fairmt_dir=self.fairmt_dir,
+            sample=self.sample,
+            guidance=self.guidance,
+            judge_demographics=self.judge_demographics,
+            dialogues=self.dialogues,
+            guard_unit=self.guard_unit,
+        )
+
+
+def add_options(parser) -> None:
+    """Register every option in pytest's ``socialbias`` group, and its ini setting."""
+    group = parser.getgroup("socialbias", "social-bias release gates (pytest-socialbias)")
+    for option in OPTIONS:
+        if option.kind == "flag":
+            group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
+            if option.ini:
+                parser.addini(option.dest, type="bool", default=None, help=f"as {option.flag}")
+            continue
+        extra = {"action": "append"} if option.kind == "append" else {}
+        group.addoption(option.flag, dest=option.dest, default=None, help=option.help, metavar=option.metavar, **extra)
+        if option.ini:
+            parser.addini(option.dest, help=option.help, default=option.default)
+
+
+def read_settings(config) -> Settings:
+    """The Settings of a pytest config; ConfigError for a bad value."""
+    where = Where(root=Path(config.rootpath), invocation=Path(config.invocation_params.dir))
+    values = {}
+    for option in OPTIONS:
+        raw = config.getoption(option.dest)
+        if (raw is None or raw == []) and option.ini:
+            raw = config.getini(option.dest)
+        if (raw is None or raw == "") and option.default is not None:
+            raw = option.default
+        values[option.field] = option.convert(raw, where)
+    values["strict"] = bool(values["strict"])
+    values["dry_run"] = bool(values["dry_run"])
+    return Settings(root=where.root, **values)

@@ -1,0 +1,64 @@
+"""What a protocol is, and what it is given: the models of a run by role.
+
+Each protocol module declares one ``Protocol`` entry (``protocols/__init__.py`` lists
+them): how its suite files are loaded, how one case runs, which metric families its
+records feed, its defaults and the roles it needs. Records are builtins-only dicts (they
+cross xdist's wire and go into the JSON report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..vocabulary import NON_VOIDING_ERRORS
+
+
+@dataclass(frozen=True)
+class Protocol:
+    name: str
+    #: ``async (case, roles, usage) -> result dict`` (labels, turns, errors, templates, ...)
+    run: Callable
+    #: ``(source: SuiteSource, protocol: Protocol, overrides: SuiteOverrides) -> Suite``
+    load: Callable
+    #: Metric families its records feed (metrics/families.py), in order.
+    metrics: tuple
+    #: Suite keys this protocol takes besides the common ones (cases.COMMON_KEYS).
+    keys: tuple = ()
+    turns: int = 1  # default turns of a dialogue
+    styles: tuple = (None,)  # default styles (user-simulator styles, tracks, variants)
+    turns_option: bool = False  # --socialbias-turns applies
+    #: Roles its cases need, each an any-of group: (("target",), ("judge",)) needs both;
+    #: (("judge", "guard"),) needs either.
+    requires: tuple = (("target",), ("judge",))
+
+
+@dataclass
+class GuardRole:
+    """A guard model and the output format it speaks (see judges/guards.py)."""
+
+    model: object
+    kind: str
+
+
+@dataclass
+class Roles:
+    """The models of a run, by role, plus the target's optional system prompt."""
+
+    target: object
+    judge: object
+    user: object
+    system_prompt: str | None = None
+    guard: object = None  # GuardRole or None
+    extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge (detector ensembles)
+
+
+def outcome_of(labels: dict, errors: list) -> str:
+    """``error`` when an error voids the labels, else ``biased``, ``refused`` or ``clean``."""
+    if any(e.get("kind") not in NON_VOIDING_ERRORS for e in errors):
+        return "error"
+    if any(labels.get("bias") or []):
+        return "biased"
+    if any(labels.get("refusal") or []):
+        return "refused"
+    return "clean"

@@ -1,0 +1,114 @@
+"""Suite loading for the protocols that run on seed stereotypes: smoke, DyMT, the zero-shot
+probe and the scripted tracks (and the official FairMT-Bench files for scripted suites).
+
+A seed suite gives its seeds inline (``cases:``) or in a seeds file (``seeds:``, relative
+to the suite file); each seed becomes one case per user-simulator style (per track for
+scripted suites). Scripted suites may instead take their dialogues from the FairMT-Bench
+release (``source: fairmt`` with ``--socialbias-fairmt-dir``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from ..cases import Case, Suite, SuiteOverrides, SuiteSource
+from ..errors import ConfigError
+from ..files import read_yaml, validate, yaml_line
+from ..vocabulary import UNSPECIFIED
+
+#: Suite keys of seed suites (scripted suites take ``tracks`` instead of ``styles``).
+KEYS = ("styles", "cases", "seeds")
+SCRIPTED_KEYS = ("tracks", "cases", "seeds", "source")
+#: The scripted tracks have five user turns each.
+SCRIPTED_TURNS = 5
+
+
+def load_seeds(path: Path) -> tuple[list[tuple[dict, list]], object]:
+    """Seeds from a seeds file: (seed, its location path) pairs, validated; and the tree."""
+    data, node = read_yaml(path, "seeds file")
+    validate(data, "seeds", str(path), node)
+    return [(raw, ["seeds", i]) for i, raw in enumerate(data["seeds"])], node
+
+
+def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
+    data, path = source.data, source.path
+    turns = data.get("turns", protocol.turns)
+    if protocol.turns_option and overrides.turns is not None:
+        turns = overrides.turns
+    if protocol.name == "zeroshot" and turns != 1:
+        raise source.error(["turns"], "the zero-shot probe has exactly one turn")
+    if protocol.name == "scripted":
+        turns = SCRIPTED_TURNS
+    styles = tuple(data.get("tracks") or data.get("styles") or protocol.styles)
+    notes: list[str] = []
+    others: list[Path] = []
+    if "source" in data:
+        cases, notes = _fairmt_cases(source.name, overrides.fairmt_dir)
+    else:
+        if "seeds" in data:
+            seeds_path = source.file("seeds", "seeds file")
+            entries, entries_node = load_seeds(seeds_path)
+            where, others = seeds_path, [seeds_path]
+        else:
+            entries = [(raw, ["cases", i]) for i, raw in enumerate(data["cases"])]
+            entries_node, where = source.node, path
+        cases = _seed_cases(entries, entries_node, where, source.name, protocol.name, styles, turns)
+    digest = source.digest(*others)
+    cases = [dataclasses.replace(c, suite_sha256=digest) for c in cases]
+    # Sorted, so that every xdist worker collects the same list in the same order.
+    cases.sort(key=lambda c: (c.id, c.style or ""))
+    return Suite(path=path, name=source.name, protocol=protocol.name, turns=turns, styles=styles,
+                 batch_size=source.batch_size, cases=cases, notes=notes)
+
+
+def _seed_cases(entries, node, source: Path, suite: str, protocol: str, styles, turns: int) -> list:
+    seen: dict[str, list] = {}
+    cases = []
+    for raw, where in entries:
+        if raw["id"] in seen:
+            line = yaml_line(node, where + ["id"])
+            raise ConfigError(
+                f"{source}:{line}: duplicate case id {raw['id']!r} (first at line "
+                f"{yaml_line(node, seen[raw['id']] + ['id'])}); case ids must be unique within a suite"
+            )
+        seen[raw["id"]] = where
+        for style in styles:
+            cases.append(
+                Case(
+                    suite=suite,
+                    protocol=protocol,
+                    id=raw["id"],
+                    category=raw["category"],
+                    group=raw["group"],
+                    statement=raw["statement"],
+                    style=style,
+                    turns=turns,
+                )
+            )
+    return cases
+
+
+def _fairmt_cases(suite: str, fairmt_dir) -> tuple[list, list]:
+    """Cases from the official FairMT-Bench release files (none without the option),
+    and notes on what the lenient loader skipped."""
+    if fairmt_dir is None:
+        return [], []
+    from ..fairmt import load_fairmt
+
+    result = load_fairmt(Path(fairmt_dir))
+    notes = [f"{suite}: skipped {reason}" for reason in result.skipped]
+    return [
+        Case(
+            suite=suite,
+            protocol="scripted",
+            id=d.id,
+            category=d.category or UNSPECIFIED,
+            group="",
+            statement="",
+            style=d.track,
+            turns=len(d.turns),
+            user_turns=tuple(d.turns),
+        )
+        for d in result.dialogues
+    ], notes

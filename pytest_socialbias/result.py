@@ -1,0 +1,51 @@
+"""The outcome of a run, frozen: the one input of every report writer (JSON, terminal,
+HTML, JUnit properties).
+
+The aggregator (aggregate.py) builds it once all cases have reported; nothing changes it
+afterwards. Plain data only: records, metric rows and gate rows are the builtins-only
+dicts the JSON report holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .vocabulary import JUDGE_CHECK_SUITE
+
+
+@dataclass(frozen=True)
+class RunResult:
+    models: dict  # role -> spec dict (provider, model, base_url, params)
+    records: tuple  # case records, sorted by (suite, id, style)
+    metrics: tuple  # metric rows, sorted
+    gates: tuple  # one verdict row per gate
+    warnings: tuple = ()  # about the run's models (embedded judge, judge = target)
+    notes: tuple = ()  # what lenient loaders skipped, steps not run
+    comparison: dict | None = None  # --socialbias-baseline
+    judge_check: dict | None = None  # --socialbias-judge-check
+    judge_check_usage: dict = field(default_factory=dict)  # role -> calls, hits, tokens
+    detection: dict | None = None  # detector suites: confusion matrices, markers
+    snapshots: object = None  # snapshots.SnapshotResult, when snapshots were compared
+    report_path: Path | None = None
+    html_path: Path | None = None
+
+    @property
+    def failed_gates(self) -> int:
+        return sum(1 for g in self.gates if g["verdict"] == "fail")
+
+    @property
+    def suites_run(self) -> set:
+        """The suites this run has numbers for (judge-check when the judge was checked)."""
+        return {r["suite"] for r in self.records} | ({JUDGE_CHECK_SUITE} if self.judge_check is not None else set())
+
+    @property
+    def usage(self) -> dict:
+        """Per role: calls, cache hits, misses and tokens of the cases' model calls."""
+        totals: dict[str, dict] = {}
+        for record in self.records:
+            for role, counts in record.get("usage", {}).items():
+                total = totals.setdefault(role, {k: 0 for k in counts})
+                for k, v in counts.items():
+                    total[k] += v
+        return dict(sorted(totals.items()))

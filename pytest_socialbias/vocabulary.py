@@ -1,0 +1,67 @@
+"""The names every part of the plugin shares, declared once.
+
+Suite files, thresholds files, markers, metric rows, the report and the prompts all speak
+of the same categories, styles, classes and axes; they read them from here. The JSON
+schemas shipped in ``schemas/`` repeat some of these lists as enums (a schema is a
+standalone file that editors and users read); tests/test_vocabulary.py holds every such
+enum to the list here.
+"""
+
+from __future__ import annotations
+
+# ---- DyMT and its baselines ------------------------------------------------------------
+
+#: Seed categories (six demographic categories; 40 seeds each in the shipped suite).
+CATEGORIES = ("age", "appearance", "disability", "gender", "race", "religion")
+#: Category of cases whose source does not say (FairMT_1K files).
+UNSPECIFIED = "unspecified"
+#: User-simulator styles.
+STYLES = ("assessment", "implicit")
+#: Scripted baseline tracks (FairMT-style): a scripted case's ``style``.
+TRACKS = (
+    "anaphora_ellipsis",
+    "jailbreak_tips",
+    "interference_misinformation",
+    "negative_feedback",
+    "fixed_format",
+)
+
+# ---- BenevDial -------------------------------------------------------------------------
+
+#: Treatment classes: N neutral (uniform treatment), OB overt bias, BB benevolent bias.
+CLASSES = ("N", "OB", "BB")
+#: The classes that count as biased (B = OB u BB) for binary detection.
+BIASED_CLASSES = ("OB", "BB")
+#: Demographic axes of a simulated user, in the order of a profile key.
+AXES = ("age", "gender", "race", "ability")
+#: Axes an agent persona can have.
+PERSONA_AXES = ("age", "gender", "race")
+#: Guidance levels of the three-class treatment judge (each adds to the one before).
+GUIDANCE = ("plain", "conceptual", "operational")
+DEFAULT_GUIDANCE = "operational"
+#: Robustness variants of a labelled dialogue in detector mode.
+VARIANTS = ("clean", "fold", "mask", "shuffle")
+#: What a guard judges of a dialogue: an agent turn alone, with the dialogue before it,
+#: or with the user turn it answers.
+GUARD_UNITS = ("turn", "context", "exchange")
+DEFAULT_GUARD_UNIT = "exchange"
+
+# ---- protocols and outcomes ------------------------------------------------------------
+
+#: Protocol names a suite file may give (``protocol:``); each has an entry in protocols/.
+PROTOCOL_NAMES = (
+    "smoke",
+    "dymt",
+    "zeroshot",
+    "scripted",
+    "benevdial_agent",
+    "benevdial_pairs",
+    "benevdial_detect",
+)
+#: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
+#: stayed unreadable; such cases are counted and listed, never folded into a rate.
+OUTCOMES = ("clean", "biased", "refused", "error")
+#: Errors that do not void a case's bias labels (they are counted on their own).
+NON_VOIDING_ERRORS = ("guard_error", "detector_error")
+#: The pseudo-suite of judge-agreement metrics (``--socialbias-judge-check``).
+JUDGE_CHECK_SUITE = "judge-check"

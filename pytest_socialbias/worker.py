@@ -1,0 +1,159 @@
+"""The worker side of a run: runs cases on this process (each xdist worker, or the only
+process), batch by batch, on the process's event loop.
+
+When the first case of a batch runs, the whole batch starts concurrently; each case then
+reports its own record. A single process starts every selected case at once (the run's
+wall time approaches its longest dialogue's chain of calls); an xdist worker starts its
+batch and every batch xdist has already queued for it, so its batches overlap too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+import traceback
+from pathlib import Path
+
+from .errors import ModelCallError
+from .models import UsageCounter
+from .models.base import RoleUsage
+from .protocols import PROTOCOLS, outcome_of
+
+
+class CaseRunner:
+    def __init__(self, models, is_worker: bool):
+        self.models = models
+        self.is_worker = is_worker
+        # Batches this process may run: batch id -> selected cases, in collection order.
+        self.batches: dict[str, list] = {}
+        self._batch_of_case: dict[str, str] = {}
+        # Cases this process started (case key -> future) and their records.
+        self._futures: dict[str, concurrent.futures.Future] = {}
+        self.results: dict[str, dict] = {}
+        self.progress = None  # callable(str | None) set by the plugin when on a terminal
+        #: On an xdist worker: a callable giving the cases queued for this worker.
+        self.queued_cases = None
+
+    def add(self, case, batch_id: str) -> None:
+        self.batches.setdefault(batch_id, []).append(case)
+        self._batch_of_case[case.key] = batch_id
+
+    def record_for(self, case) -> dict:
+        """The record of ``case``; starts its whole batch on first use."""
+        key = case.key
+        batch_id = self._batch_of_case.get(key, key)
+        if key not in self._futures:
+            self._start(batch_id, [case])
+            if not self.is_worker:
+                for other in self.batches:
+                    self._start(other, [])
+        self._start_queued()
+        self._wait(batch_id, key)
+        return self.results[key]
+
+    def _start_queued(self) -> None:
+        """On an xdist worker: start the batches xdist has already queued for it, so they
+        run beside the current one (checked again while waiting: they may arrive late)."""
+        if not self.is_worker or self.queued_cases is None:
+            return
+        for case in self.queued_cases():
+            if case.key not in self._futures and case.key in self._batch_of_case:
+                self._start(self._batch_of_case[case.key], [])
+
+    def _start(self, batch_id: str, extra: list) -> None:
+        """Submit every not yet started case of the batch (and ``extra``) to the loop."""
+        roles = self.models.roles()
+        for case in self.batches.get(batch_id, []) + extra:
+            if case.key not in self._futures:
+                self._futures[case.key] = self.models.runner.submit(run_case(case, roles))
+
+    def _wait(self, batch_id: str, key: str) -> None:
+        future = self._futures[key]
+        started = time.monotonic()
+        try:
+            while True:
+                try:
+                    self.results[key] = future.result(timeout=0.25)
+                    return
+                except concurrent.futures.TimeoutError:
+                    self._start_queued()
+                    if self.progress is not None:
+                        self.progress(self._progress_text(batch_id, started))
+        except BaseException:
+            # Interrupted (Ctrl-C, -x): stop every dialogue still running.
+            for pending in self._futures.values():
+                pending.cancel()
+            raise
+        finally:
+            if self.progress is not None:
+                self.progress(None)
+
+    def _progress_text(self, batch_id: str, started: float) -> str:
+        keys = [case.key for case in self.batches.get(batch_id, [])]
+        done = sum(1 for k in keys if k in self._futures and self._futures[k].done())
+        totals = self.models.model_settings.totals.to_dict()
+        calls = sum(r["calls"] for r in totals.values())
+        hits = sum(r["hits"] for r in totals.values())
+        return (
+            f"[socialbias] {batch_id}: {done}/{len(keys)} cases, {calls} calls "
+            f"({hits} cached), {time.monotonic() - started:.0f}s"
+        )
+
+    # ---- dry run ---------------------------------------------------------------------
+
+    def dry_run_plan(self, cases: list) -> dict:
+        """Run the cases' protocols against a stand-in model that answers at once and
+        calls nothing: count the calls per role and estimate their tokens."""
+        self.models.model_settings.dry_run = True
+        roles = self.models.roles()
+        usage = UsageCounter()
+
+        async def plan_all():
+            return await asyncio.gather(*(run_case(case, roles) for case in cases))
+
+        records = self.models.run(plan_all())
+        for record in records:
+            for role, counts in record["usage"].items():
+                total = usage.roles.setdefault(role, RoleUsage())
+                for key, value in counts.items():
+                    setattr(total, key, getattr(total, key) + value)
+        problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != "guard_error"})
+        return {"cases": len(cases), "usage": usage.to_dict(), "problems": problems}
+
+
+def _failed_result(kind: str, role, message: str) -> dict:
+    return {
+        "labels": {"bias": [], "refusal": []},
+        "turns": [],
+        "errors": [{"kind": kind, "role": role, "message": message}],
+        "templates": [],
+    }
+
+
+async def run_case(case, roles) -> dict:
+    """Run one case with its protocol; always returns a record (errors inside it)."""
+    usage = UsageCounter()
+    identity = {
+        "id": case.id,
+        "suite": case.suite,
+        "protocol": case.protocol,
+        "category": case.category,
+        "group": case.group,
+        "style": case.style,
+        "turns_planned": case.turns,
+        "suite_sha256": case.suite_sha256,
+    }
+    try:
+        result = await PROTOCOLS[case.protocol].run(case, roles, usage)
+    except ModelCallError as exc:
+        result = _failed_result("model_error", exc.role, str(exc))
+    except Exception as exc:  # a bug must show as this case's error, not kill the batch
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        result = _failed_result(
+            "internal_error", None, f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
+        )
+    record = {**identity, **result}
+    record["outcome"] = outcome_of(record["labels"], record["errors"])
+    record["usage"] = usage.to_dict()
+    return record
