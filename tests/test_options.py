@@ -1,0 +1,50 @@
+"""Options are declared once (options.py): pytest's option and ini registration, the
+Settings object and README's option table all come from, or are held to, that list."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_socialbias.options import OPTIONS, Settings
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_option_sets_one_settings_field():
+    fields = {f.name for f in dataclasses.fields(Settings)} - {"root"}
+    assert sorted(o.field for o in OPTIONS) == sorted(fields)
+    assert len({o.flag for o in OPTIONS}) == len(OPTIONS)
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.flag)
+def test_readme_table_lists_the_option_with_its_ini_name(option):
+    row = next((line for line in README.splitlines() if line.startswith(f"| `{option.flag}`")), None)
+    assert row is not None, f"README's option table lacks {option.flag}"
+    ini = f"`{option.dest}`" if option.ini else ""
+    assert row.split("|")[2].strip() == ini
+
+
+def test_help_shows_every_option_with_its_metavar(pytester):
+    result = pytester.runpytest("--help")
+    text = result.stdout.str()
+    for option in OPTIONS:
+        shown = option.flag if option.kind == "flag" else f"{option.flag}={option.metavar}"
+        assert re.search(re.escape(shown) + r"\b", text), shown
+        if option.ini:
+            assert option.dest in text  # the ini-options section
+
+
+def test_choices_errors_name_the_option_and_every_choice(pytester):
+    pytester.makefile(".yaml", demo="socialbias: 1\nsuite: d\nprotocol: smoke\ncases: []\n")
+    for option in OPTIONS:
+        if not option.choices:
+            continue
+        result = pytester.runpytest(f"{option.flag}=nonsense")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        err = result.stderr.str()
+        assert f"{option.flag}='nonsense'" in err
+        assert all(choice in err for choice in option.choices), err
