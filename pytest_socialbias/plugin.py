@@ -44,8 +44,23 @@ class RunState:
     aggregator: Aggregator | None  # only on the process that reports
     setup_error: str | None = None  # a worker's model problem, shown by each item
     protocols: set = field(default_factory=set)  # of the collected cases
-    notes: list = field(default_factory=list)  # what lenient loaders skipped, on this process
-    suite_files: dict = field(default_factory=dict)  # suite -> {"path", "cases"}
+    notes: list = field(default_factory=list)  # what lenient loaders skipped, on this worker
+    suite_files: dict = field(default_factory=dict)  # suite -> {"path", "cases"}, on this worker
+
+    def collected(self, suite, config: pytest.Config) -> None:
+        """What the aggregator learns from collection: notes of lenient loaders and which
+        file defines each suite (for snapshots). Under xdist only the workers collect, and
+        xdist hands their ``workeroutput`` back to the controller (XdistController)."""
+        info = {"path": str(suite.path), "cases": len(suite.cases)}
+        if self.aggregator is not None:
+            for note in suite.notes:
+                self.aggregator.note(note)
+            self.aggregator.suite_files[suite.name] = info
+            return
+        self.notes.extend(n for n in suite.notes if n not in self.notes)
+        self.suite_files[suite.name] = info
+        config.workeroutput["socialbias_notes"] = list(self.notes)
+        config.workeroutput["socialbias_suites"] = dict(self.suite_files)
 
 
 STATE = pytest.StashKey[RunState]()
@@ -177,16 +192,7 @@ class SuiteFile(pytest.File):
             suite = load_suite(self.path, state.settings.suite_overrides)
         except ConfigError as exc:
             raise self.CollectError(str(exc)) from None
-        state.notes.extend(n for n in suite.notes if n not in state.notes)
-        state.suite_files[suite.name] = {"path": str(self.path), "cases": len(suite.cases)}
-        if _is_worker(self.config):
-            # Collection happens on the workers; xdist hands this back to the controller.
-            self.config.workeroutput["socialbias_notes"] = list(state.notes)
-            self.config.workeroutput["socialbias_suites"] = dict(state.suite_files)
-        else:
-            for note in suite.notes:
-                state.aggregator.note(note)
-            state.aggregator.suite_files[suite.name] = state.suite_files[suite.name]
+        state.collected(suite, self.config)
         known = _registered(self.config)
         for case in suite.cases:
             item = CaseItem.from_parent(self, name=case.name, case=case)

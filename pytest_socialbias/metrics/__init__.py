@@ -70,7 +70,7 @@ def compute_metrics(records: list[dict], families: dict[str, tuple] | None = Non
     for suite, items in sorted(by_suite.items()):
         items = sorted(items, key=lambda r: (r["id"], r.get("style") or ""))
         for family in families.get(items[0].get("protocol"), ("dialogue",)):
-            rows += family_rows(suite, FAMILIES[family].name, items)
+            rows += family_rows(suite, family, items)
     return sorted(rows, key=metric_sort_key)
 
 

@@ -16,6 +16,7 @@ Adding a metric = one ``add(Metric(...))`` with its compute function.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -99,25 +100,30 @@ def remove(name: str, family: str) -> None:
     CATALOGUE.pop((family, name), None)
 
 
-def base_name(metric: str) -> str:
-    name, _, turn = metric.partition("@")
-    return name if turn.isdigit() and int(turn) >= 1 else metric
+_PER_TURN = re.compile(r"^(?P<name>.+)@(?P<turn>[1-9][0-9]*)$")
+
+
+def split_name(metric: str) -> tuple[str, int | None]:
+    """``cumulative_bias@3`` -> ("cumulative_bias", 3); any other name -> (name, None)."""
+    match = _PER_TURN.match(metric)
+    return (match["name"], int(match["turn"])) if match else (metric, None)
 
 
 def turn_of(metric: str) -> int | None:
-    _, _, turn = metric.partition("@")
-    return int(turn) if turn.isdigit() else None
+    return split_name(metric)[1]
+
+
+def _declarations(metric: str) -> list[Metric]:
+    name, turn = split_name(metric)
+    return [m for (_, n), m in CATALOGUE.items() if n == name and m.by_turn == (turn is not None)]
 
 
 def lookup(metric: str, families: tuple | None = None) -> Metric | None:
     """The declaration of a row's metric name (``cumulative_bias@3`` -> its family entry),
     in the first of ``families`` that declares it (any family when None)."""
-    name, by_turn = base_name(metric), turn_of(metric) is not None
-    candidates = [m for (family, n), m in CATALOGUE.items() if n == name and m.by_turn == by_turn]
+    candidates = _declarations(metric)
     if families is not None:
         candidates = sorted((m for m in candidates if m.family in families), key=lambda m: families.index(m.family))
-    if by_turn and metric.partition("@")[2].startswith("0"):
-        return None
     return candidates[0] if candidates else None
 
 
@@ -127,10 +133,7 @@ def is_known_metric(metric: str) -> bool:
 
 def comparable(metric: str) -> Metric | None:
     """The first declaration of this metric that compares it case by case, if any."""
-    if not is_known_metric(metric):
-        return None
-    name, by_turn = base_name(metric), turn_of(metric) is not None
-    return next((m for (_, n), m in CATALOGUE.items() if n == name and m.by_turn == by_turn and m.paired), None)
+    return next((m for m in _declarations(metric) if m.paired is not None), None)
 
 
 def is_comparable(metric: str) -> bool:
