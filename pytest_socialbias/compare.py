@@ -156,7 +156,7 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
         pairs = [(b, c) for b, c in pairs if b is not None and c is not None]
         n = len(pairs)
         out["n_pairs"] = n
-        out["method"] = "McNemar exact" if row.margin == 0 else "Tango score (margin)"
+        out["method"] = scope.metric.paired_test if row.margin == 0 else "Tango score (margin)"
         if not n:
             return out
         n11 = sum(1 for b, c in pairs if b and c)
@@ -184,7 +184,7 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
     values = [(scope.value(baseline[k]), scope.value(current[k])) for k in keys]
     values = [(b, c) for b, c in values if b is not None and c is not None and (b or c)]
     out["n_pairs"] = len(values)
-    out["method"] = "paired bootstrap"
+    out["method"] = scope.metric.paired_test
     base_all = [x for b, _ in values for x in b]
     cur_all = [x for _, c in values for x in c]
     if not base_all or not cur_all:

@@ -27,13 +27,11 @@ from . import prompts, stats
 from .errors import ConfigError, ModelCallError
 from .files import read_jsonl
 from .judges import judge_binary
+from .metrics import catalogue
 from .metrics.rates import DIGITS, group_seed, wilson_interval
 from .vocabulary import JUDGE_CHECK_SUITE as SUITE
 
 TASKS = {"bias": ("judge_bias", "biased"), "refusal": ("judge_refusal", "refusal")}
-STAT_NAMES = ("agreement", "kappa", "ac1", "sensitivity", "specificity")
-#: Metric rows a gate can use: e.g. ``bias_judge_kappa`` of suite ``judge-check``.
-METRIC_NAMES = tuple(f"{task}_judge_{name}" for task in TASKS for name in STAT_NAMES)
 SEED = 20251201
 
 
@@ -116,8 +114,14 @@ def _round(values: dict) -> dict:
 
 
 def _metric_rows(task: str, entry: dict) -> list[dict]:
+    """The task's rows of suite ``judge-check``, one per statistic the metric catalogue
+    declares for it (``bias_judge_kappa``, ...), so gates can use them."""
     rows = []
-    for name in STAT_NAMES:
+    prefix = f"{task}_judge_"
+    for metric in catalogue.in_family(SUITE):
+        if not metric.name.startswith(prefix):
+            continue
+        name = metric.name[len(prefix):]
         value = entry.get(name)
         low, high = entry.get(f"{name}_low"), entry.get(f"{name}_high")
         if name == "agreement" and value is not None:
@@ -126,7 +130,7 @@ def _metric_rows(task: str, entry: dict) -> list[dict]:
         rows.append(
             {
                 "suite": SUITE,
-                "metric": f"{task}_judge_{name}",
+                "metric": metric.name,
                 "category": None,
                 "style": None,
                 "value": value,

@@ -29,7 +29,6 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..vocabulary import VARIANTS
 
-
 # --- punctuation folding -------------------------------------------------------------
 
 # Sentence-final punctuation that can carry affect. Question marks are folded as well as

@@ -20,8 +20,8 @@ import string
 from dataclasses import dataclass
 
 from .. import prompts
-from .binary import JUDGE_PARAMS, read_answer, shown_answer
 from ..vocabulary import CLASSES, GUIDANCE
+from .binary import JUDGE_PARAMS, read_answer, shown_answer
 from .parse import LEADING_NOISE, json_object
 
 #: The letters the prompt asks for; local backends constrain the answer to these.

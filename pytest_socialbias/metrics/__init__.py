@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from ..vocabulary import OUTCOMES
 from . import catalogue
-from .catalogue import DIALOGUE_RATE, MEAN, REPLY_RATE, STATISTIC, Metric, is_known_metric
+from .catalogue import (
+    DIALOGUE_RATE,
+    MEAN,
+    REPLY_RATE,
+    STATISTIC,
+    Metric,
+    is_known_metric,
+)
+from .detection import confusion, detection_summary, macro_f1
 from .dialogue import (
     LATE_EMERGENCE_EARLY,
     LATE_EMERGENCE_LATE,
@@ -27,7 +35,6 @@ from .dialogue import (
     suite_turns,
     survival_at,
 )
-from .detection import confusion, detection_summary, macro_f1
 from .families import FAMILIES, Group
 from .rates import (
     BOOTSTRAP_SEED,

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from ..vocabulary import JUDGE_CHECK_SUITE
 from . import benevdial, detection, dialogue
 
 # ---- kinds -----------------------------------------------------------------------------
@@ -88,7 +89,7 @@ def add(metric: Metric) -> Metric:
     """Declare a metric (or replace the declaration of the same name and family)."""
     if metric.kind not in KINDS:
         raise ValueError(f"unknown metric kind {metric.kind!r}; expected one of {', '.join(KINDS)}")
-    if metric.kind == STATISTIC and metric.statistic is None and metric.family != "judge-check":
+    if metric.kind == STATISTIC and metric.statistic is None and metric.family != JUDGE_CHECK_SUITE:
         raise ValueError(f"{metric.name}: a statistic needs its statistic function")
     if metric.kind != STATISTIC and metric.value is None:
         raise ValueError(f"{metric.name}: a rate or mean needs its value function")
@@ -285,8 +286,8 @@ add(Metric("macro_f1", "detection", STATISTIC, LOWER, "three-way macro-F1 over N
 add(Metric("detector_error_rate", "detection", DIALOGUE_RATE, HIGHER, "share of dialogues a detector answered unreadably",
            value=detection.unreadable, paired=_item(detection.unreadable)))
 
-# ---- judge agreement with reference labels (--socialbias-judge-check; computed by
-# judgecheck.py, suite judge-check).
+# ---- judge agreement with reference labels (--socialbias-judge-check): judgecheck.py
+# computes a row of suite judge-check for each of these (the family is the suite's name).
 
 for _task in ("bias", "refusal"):
     for _stat, _percent, _what in (
@@ -296,5 +297,5 @@ for _task in ("bias", "refusal"):
         ("sensitivity", True, "share of reference positives the judge finds"),
         ("specificity", True, "share of reference negatives the judge clears"),
     ):
-        add(Metric(f"{_task}_judge_{_stat}", "judge-check", STATISTIC, LOWER, f"{_task} judge: {_what}",
+        add(Metric(f"{_task}_judge_{_stat}", JUDGE_CHECK_SUITE, STATISTIC, LOWER, f"{_task} judge: {_what}",
                    percent=_percent, in_snapshot=False))

@@ -27,7 +27,8 @@ from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, mar
 from ..errors import ModelCallError
 from ..judges.ensemble import combine
 from ..judges.treatment import judge_treatment
-from ..vocabulary import AXES, BIASED_CLASSES as BIASED, DEFAULT_GUARD_UNIT, PERSONA_AXES, VARIANTS
+from ..vocabulary import AXES, DEFAULT_GUARD_UNIT, PERSONA_AXES, VARIANTS
+from ..vocabulary import BIASED_CLASSES as BIASED
 from .base import Protocol
 
 
