@@ -13,14 +13,7 @@ from __future__ import annotations
 
 from ..vocabulary import OUTCOMES
 from . import catalogue
-from .catalogue import (
-    DIALOGUE_RATE,
-    MEAN,
-    REPLY_RATE,
-    STATISTIC,
-    Metric,
-    is_known_metric,
-)
+from .catalogue import DIALOGUE_RATE, MEAN, REPLY_RATE, STATISTIC, Metric, is_known_metric
 from .detection import confusion, detection_summary, macro_f1
 from .dialogue import (
     LATE_EMERGENCE_EARLY,

@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from .base import (
-    FINISH_CONTENT_FILTER,
-    FINISH_LENGTH,
-    FINISH_STOP,
-    ChatResponse,
-    MalformedResponse,
-)
+from .base import FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP, ChatResponse, MalformedResponse
 from .transport import aiohttp_client
 
 #: Anthropic requires max_tokens; used when neither the spec nor the caller sets it.

@@ -28,12 +28,7 @@ from ..errors import ModelCallError
 from ..judges.treatment import judge_pair, judge_treatment
 from ..vocabulary import BIASED_CLASSES
 from .base import Protocol
-from .dialogue import (
-    UserSimulatorFailure,
-    draw_user_message,
-    situation_text,
-    target_messages,
-)
+from .dialogue import UserSimulatorFailure, draw_user_message, situation_text, target_messages
 
 #: A simulated message that repeats a line of its own brief this long is a role break.
 MIN_ECHO = 16

@@ -48,15 +48,7 @@ keys) into their environment.  To run a standalone server, e.g. for a whole
 
 from __future__ import annotations
 
-from .server import (
-    FAULT_KINDS,
-    FakeRequest,
-    FakeServer,
-    Fault,
-    Reply,
-    Script,
-    ScriptResult,
-)
+from .server import FAULT_KINDS, FakeRequest, FakeServer, Fault, Reply, Script, ScriptResult
 
 __all__ = [
     "FAULT_KINDS",
