@@ -13,7 +13,6 @@ import hashlib
 import json
 import sqlite3
 import time
-from dataclasses import fields
 from pathlib import Path
 
 from .errors import ConfigError
@@ -59,6 +58,9 @@ class CallCache:
                 " created REAL NOT NULL)"
             )
             self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+            # What the run learnt about an endpoint (a parameter it rejects, the budget its
+            # reasoning needs, how it constrains answers), so replays build the same requests.
+            self._db.execute("CREATE TABLE IF NOT EXISTS adaptations (endpoint TEXT PRIMARY KEY, data TEXT NOT NULL)")
             self._db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
@@ -90,6 +92,15 @@ class CallCache:
             ),
         )
 
+    def get_adaptation(self, endpoint: str) -> dict | None:
+        row = self._execute("SELECT data FROM adaptations WHERE endpoint = ?", (endpoint,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_adaptation(self, endpoint: str, data: dict) -> None:
+        if self.mode == "none":
+            return  # a replay never writes
+        self._execute("INSERT OR REPLACE INTO adaptations (endpoint, data) VALUES (?, ?)", (endpoint, canonical_json(data)))
+
     def count(self) -> int:
         return self._execute("SELECT COUNT(*) FROM calls").fetchone()[0]
 
@@ -120,8 +131,8 @@ def verify_cache(directory: str | Path) -> tuple[int, list[str]]:
 
     Checks sqlite's ``PRAGMA integrity_check``, the calls table and its columns, and per
     row that request and response are JSON objects, that the key is the sha256 of the
-    canonical request (so a lookup finds it) and that the response has every ChatResponse
-    field. Each problem names the row's key. ConfigError when there is nothing to check.
+    canonical request (so a lookup finds it) and that the response has every field a
+    ChatResponse requires. Each problem names the row's key. ConfigError when there is nothing to check.
     """
     from .models.base import ChatResponse  # the models package imports this module
 
@@ -142,7 +153,7 @@ def verify_cache(directory: str | Path) -> tuple[int, list[str]]:
         problems = _file_problems(db, path)
         if problems:
             return 0, problems
-        response_fields = [f.name for f in fields(ChatResponse)]
+        response_fields = list(ChatResponse.REQUIRED_FIELDS)
         rows = 0
         try:
             for key, request, response in db.execute("SELECT key, request, response FROM calls"):

@@ -71,8 +71,9 @@ class ModelSet:
             if text:
                 option = role_of(role).option if (role != "user" or s.user) else "--judge"
                 spec = parse_spec(text, option)
-                # A replay calls nothing: it needs no key (a fork's pull request has none).
-                check_credentials(spec, option, required=s.record != "none")
+                # A replay or a dry run calls nothing: it needs no key (a fork's pull
+                # request has none).
+                check_credentials(spec, option, required=not (s.record == "none" or s.dry_run))
                 self.specs[role] = spec
         if "guard" in self.specs:
             self.guard_kind = s.guard_kind or guard_kind_from_model(self.specs["guard"].model)
@@ -131,7 +132,8 @@ class ModelSet:
                 if self.settings.record != "off":
                     cache = CallCache(self.settings.cache_dir, self.settings.record)
                 self._model_settings = ModelSettings(
-                    cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads
+                    cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads,
+                    dry_run=bool(self.settings.dry_run),
                 )
             return self._model_settings
 

@@ -207,11 +207,23 @@ def test_model_request_keys(monkeypatch):
     assert cache_key(target.request(noisy)) == cache_key(base)
 
 
-def test_spec_params_win_over_defaults_and_calls_over_both(monkeypatch):
+def test_spec_params_win_over_role_defaults_and_over_the_calls_own(monkeypatch):
     target = model(monkeypatch, "openai:m@http://127.0.0.1:9/v1?temperature=0.2",
                    defaults={"temperature": 0.7, "max_tokens": 250})
     assert target.request(MESSAGES)["params"] == {"max_tokens": 250, "temperature": 0.2}
-    assert target.request(MESSAGES, max_tokens=20)["params"] == {"max_tokens": 20, "temperature": 0.2}
+    # A call's parameters beat the role's defaults, never the spec's (a judge asks for
+    # temperature 0; a judge spec that says otherwise wins).
+    assert target.request(MESSAGES, max_tokens=20, temperature=0.0)["params"] == {"max_tokens": 20, "temperature": 0.2}
+
+
+def test_a_spec_drops_a_parameter_with_none_and_passes_others_through(monkeypatch):
+    spec = "openai:m@http://127.0.0.1:9/v1?temperature=none&top_k=20&chat_template_kwargs={\"enable_thinking\":false}"
+    judge = model(monkeypatch, spec, defaults={"temperature": 0.7})
+    params = judge.request(MESSAGES, temperature=0.0, max_tokens=20)["params"]
+    assert params == {"chat_template_kwargs": {"enable_thinking": False}, "max_tokens": 20, "top_k": 20}
+    # Pass-through parameters are parameters: they enter the cache key.
+    other = model(monkeypatch, spec.replace("top_k=20", "top_k=40"), defaults={"temperature": 0.7})
+    assert cache_key(judge.request(MESSAGES)) != cache_key(other.request(MESSAGES))
 
 
 def test_transport_settings_do_not_change_the_key(monkeypatch):

@@ -26,7 +26,7 @@ def assert_usage_error(result, *needles):
 @pytest.mark.parametrize(
     "spec, needles",
     [
-        ("gpt-4o", ["--target='gpt-4o' is not a model spec", "PROVIDER:MODEL"]),
+        ("my-model", ["--target='my-model' is not a model spec", "PROVIDER:MODEL", "openai:my-model"]),
         ("cohere:command", ["--target=cohere:command", "unknown provider 'cohere'", "openai:MODEL@URL"]),
         ("openai:m@http://127.0.0.1:1/v1?temprature=1", ["unknown parameter 'temprature'", "temperature"]),
         ("openai:m@http://127.0.0.1:1/v1?temperature=9", ["temperature=9 is out of range"]),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 from .base import FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP, ChatResponse, MalformedResponse
+from .constrain import ANSWER_TOOL, anthropic_fields
 from .transport import aiohttp_client
 
 #: Anthropic requires max_tokens; used when neither the spec nor the caller sets it.
@@ -41,17 +44,27 @@ class AnthropicBackend:
         return str(self._client.base_url).rstrip("/")
 
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0,
+        constrain: str | None = None,
     ) -> ChatResponse:
         # Anthropic gives no token log-probabilities: top_logprobs is ignored, and
         # callers see logprobs=None. It has no seed either.
         system, turns = split_system(messages)
-        body = {
-            "model": self.spec.model,
-            "messages": turns,
-            "max_tokens": int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
-        }
-        body.update({k: v for k, v in params.items() if k in ("temperature", "top_p")})
+        max_tokens = int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        body = {"model": self.spec.model, "messages": turns}
+        # Every other parameter passes through (temperature, top_p, top_k, ...).
+        body.update({k: v for k, v in params.items() if k not in ("max_tokens", "seed", "thinking_budget")})
+        budget = params.get("thinking_budget")
+        if budget:
+            # Extended thinking: the budget comes on top of the answer's max_tokens, and
+            # Anthropic takes no temperature or top_p beside it.
+            body["thinking"] = {"type": "enabled", "budget_tokens": int(budget)}
+            max_tokens += int(budget)
+            body.pop("temperature", None)
+            body.pop("top_p", None)
+        body["max_tokens"] = max_tokens
+        if constrain and choices and not budget:  # a forced tool cannot go with thinking
+            body.update(anthropic_fields(constrain, choices))
         if system is not None:
             body["system"] = system
         # The SDK's low-level post: its auth, retries and error types, without the typed
@@ -71,13 +84,23 @@ def parse_message(data) -> ChatResponse:
     stop_reason = data.get("stop_reason") or ""
     if not blocks and stop_reason not in ("refusal", "max_tokens"):
         raise MalformedResponse("the response has an empty content list")
-    text = "".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+    blocks = [b for b in blocks if isinstance(b, dict)]
+    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    # The answer tool's input is the answer (a constrained judge, see constrain.py).
+    tool = next((b for b in blocks if b.get("type") == "tool_use" and b.get("name") == ANSWER_TOOL), None)
+    if tool is not None and isinstance(tool.get("input"), dict):
+        text = json.dumps(tool["input"], sort_keys=True)
+    thinking = "\n\n".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking" and b.get("thinking"))
+    if any(b.get("type") == "redacted_thinking" for b in blocks):
+        thinking = (thinking + "\n\n" if thinking else "") + "(redacted thinking)"
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    stop = _STOP_REASONS.get(stop_reason, stop_reason or FINISH_STOP)
     return ChatResponse(
         text=text,
-        finish_reason=_STOP_REASONS.get(stop_reason, stop_reason or FINISH_STOP),
+        finish_reason=FINISH_STOP if stop == "tool_use" else stop,
         prompt_tokens=usage.get("input_tokens"),
         completion_tokens=usage.get("output_tokens"),
         logprobs=None,
         model=data.get("model"),
+        reasoning=thinking or None,
     )

@@ -19,8 +19,12 @@ class MalformedResponse(Exception):
 class ChatResponse:
     """What a chat call returns: builtins only, so it can be cached and sent between processes.
 
+    ``text`` is the answer; ``reasoning`` the model's thinking, kept apart (a
+    ``reasoning_content`` or ``reasoning`` field, an Anthropic thinking block, or an inline
+    ``<think>`` block split off the text; see models/thinking.py), None when there is none.
     ``logprobs`` is a list of ``{"token", "logprob", "top": [{"token", "logprob"}, ...]}``
-    per generated token, or None when the backend gives none.
+    per generated token, or None when the backend gives none. ``reasoning_tokens`` counts
+    the completion tokens spent on reasoning where the provider says (else None).
     """
 
     text: str
@@ -29,9 +33,15 @@ class ChatResponse:
     completion_tokens: int | None = None
     logprobs: list | None = None
     model: str | None = None
+    reasoning: str | None = None
+    reasoning_tokens: int | None = None
+
+    #: Fields every stored response has (``reasoning*`` came later, so older cache entries
+    #: lack them; they read as None).
+    REQUIRED_FIELDS = ("text", "finish_reason", "prompt_tokens", "completion_tokens", "logprobs", "model")
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "text": self.text,
             "finish_reason": self.finish_reason,
             "prompt_tokens": self.prompt_tokens,
@@ -39,6 +49,11 @@ class ChatResponse:
             "logprobs": self.logprobs,
             "model": self.model,
         }
+        if self.reasoning is not None:
+            out["reasoning"] = self.reasoning
+        if self.reasoning_tokens is not None:
+            out["reasoning_tokens"] = self.reasoning_tokens
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "ChatResponse":
@@ -49,6 +64,8 @@ class ChatResponse:
             completion_tokens=data.get("completion_tokens"),
             logprobs=data.get("logprobs"),
             model=data.get("model"),
+            reasoning=data.get("reasoning"),
+            reasoning_tokens=data.get("reasoning_tokens"),
         )
 
 
@@ -62,11 +79,14 @@ class Backend(Protocol):
     base_url: str
 
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0,
+        **constrain,
     ) -> ChatResponse:
         """``choices``: the answers a constrained call may give (backends with the
         CONSTRAINED_ANSWERS capability hold the answer to them; others ignore it).
-        ``sample``: the draw's index, for backends that seed sampling from the request."""
+        ``sample``: the draw's index, for backends that seed sampling from the request.
+        ``constrain=METHOD`` comes only where the provider lists constraint methods
+        (constrain.py): the backend adds that method's fields for ``choices``."""
         ...
 
     async def aclose(self) -> None: ...
@@ -81,6 +101,7 @@ class RoleUsage:
     misses: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of the completion tokens, those spent reasoning
 
     def to_dict(self) -> dict:
         return {
@@ -89,6 +110,7 @@ class RoleUsage:
             "misses": self.misses,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
         }
 
 
@@ -108,6 +130,7 @@ class UsageCounter:
         if response is not None:
             usage.prompt_tokens += response.prompt_tokens or 0
             usage.completion_tokens += response.completion_tokens or 0
+            usage.reasoning_tokens += response.reasoning_tokens or 0
 
     def to_dict(self) -> dict:
         return {role: usage.to_dict() for role, usage in sorted(self.roles.items())}

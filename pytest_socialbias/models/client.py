@@ -13,15 +13,19 @@ import json
 import threading
 from dataclasses import dataclass, field
 
-from ..cache import CallCache, cache_key
+from ..cache import CallCache, cache_key, canonical_json
 from ..errors import CacheMiss, ModelCallError
-from .base import ChatResponse, MalformedResponse, UsageCounter
+from .adapt import Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
+from .base import FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import CONSTRAINED_ANSWERS, BackendContext, provider_of
 from .spec import ModelSpec
+from .thinking import split_thinking
 
 #: Extra attempts for 200 answers that cannot be used (bad JSON, no choices); HTTP-level
 #: failures (429, 5xx, timeouts, dropped connections) are retried by the SDK itself.
 MALFORMED_RETRIES = 2
+#: Adaptations one call may go through (dropped parameters, constraint fallbacks, budgets).
+MAX_ADAPTATIONS = 8
 
 
 @dataclass
@@ -38,6 +42,27 @@ class ModelSettings:
     _backends: dict = field(default_factory=dict)
     _http_clients: dict = field(default_factory=dict)  # one HTTP client per SDK, shared
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _adaptations: dict = field(default_factory=dict)  # endpoint JSON -> Adaptation
+
+    def adaptation(self, endpoint: dict) -> Adaptation:
+        """What this run learnt about ``endpoint`` (adapt.py), read from the cache first."""
+        key = canonical_json(endpoint)
+        found = self._adaptations.get(key)
+        if found is None:
+            stored = self.cache.get_adaptation(key) if self.cache is not None else None
+            found = self._adaptations[key] = Adaptation.from_dict(stored)
+        return found
+
+    def learn(self, endpoint: dict, change) -> None:
+        """Apply ``change(adaptation)`` to an endpoint's adaptation and keep it."""
+        adaptation = self.adaptation(endpoint)
+        change(adaptation)
+        if self.cache is not None:
+            self.cache.put_adaptation(canonical_json(endpoint), adaptation.to_dict())
+
+    def adaptations(self) -> dict:
+        """Endpoint JSON -> what was adapted, for the endpoints this process adapted to."""
+        return {key: a.to_dict() for key, a in self._adaptations.items() if a.to_dict()}
 
     def backend_for(self, spec: ModelSpec, option: str):
         """One backend per endpoint and process, shared by the roles that use it.
@@ -50,7 +75,7 @@ class ModelSettings:
         with self._lock:  # the warm-up thread and the event loop may both ask
             if identity not in self._backends:
                 self._backends[identity] = build_backend(
-                    spec, option, self.local_threads, self._http_clients, key_required=not self.replay_only
+                    spec, option, self.local_threads, self._http_clients, key_required=not self.calls_nothing
                 )
             return self._backends[identity]
 
@@ -60,9 +85,9 @@ class ModelSettings:
         self._backends.clear()
 
     @property
-    def replay_only(self) -> bool:
-        """Every answer comes from the cache (--socialbias-record=none): nothing is called."""
-        return self.cache is not None and self.cache.mode == "none"
+    def calls_nothing(self) -> bool:
+        """A replay (--socialbias-record=none) or a dry run calls no model: no key needed."""
+        return self.dry_run or (self.cache is not None and self.cache.mode == "none")
 
     @property
     def semaphore(self) -> asyncio.Semaphore:
@@ -116,9 +141,9 @@ def _first_line(exc: BaseException) -> str:
 class Model:
     """A model in one role (``target``, ``judge``, ``user``) of this run.
 
-    ``defaults`` are the role's decoding parameters (e.g. temperature 0.7, max_tokens 250
-    for the target); the spec's own parameters override them, and a call may override
-    both (a judge asks for few tokens).
+    Parameters, lowest precedence first: the role's defaults (``defaults``: temperature
+    0.7 and 250 new tokens for the target), the call's own (a judge asks for temperature 0
+    and few tokens), the spec's (which always win; ``None`` there drops the parameter).
     """
 
     def __init__(
@@ -134,20 +159,67 @@ class Model:
         self.spec = spec
         self.option = option
         self.settings = settings
-        self.params = {**(defaults or {}), **spec.params}
+        self.defaults = dict(defaults or {})
         self.provider = provider_of(spec)
         self._runner = runner
         self._backend = None
-        check_credentials(spec, option, not settings.replay_only)  # fail early, before any item runs
+        check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
 
     def __repr__(self) -> str:
         return f"Model(role={self.role!r}, spec={str(self.spec)!r})"
+
+    @property
+    def params(self) -> dict:
+        """The parameters of a call that sets none of its own."""
+        return self._params({})
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.params.get("max_tokens")
 
     @property
     def backend(self):
         if self._backend is None:
             self._backend = self.settings.backend_for(self.spec, self.option)
         return self._backend
+
+    @property
+    def endpoint(self) -> dict:
+        return {"provider": self.spec.provider, "model": self.spec.model, "base_url": self.spec.base_url}
+
+    @property
+    def adaptation(self) -> Adaptation:
+        return self.settings.adaptation(self.endpoint)
+
+    def _params(self, call: dict, adaptive_budget: bool = False) -> dict:
+        # A call's None is no parameter of its own; the spec's None drops the parameter.
+        call = {k: v for k, v in call.items() if v is not None}
+        params = {**self.defaults, **call, **self.spec.params}
+        adaptation = self.adaptation
+        for name in adaptation.dropped:
+            if name not in self.spec.params:
+                params.pop(name, None)
+        if adaptive_budget and "max_tokens" not in self.spec.params and params.get("max_tokens"):
+            params["max_tokens"] = adaptation.budget(params["max_tokens"])
+        return {k: v for k, v in params.items() if v is not None}
+
+    def constrain_method(self, choices) -> str | None:
+        """How this call's answer is held to ``choices`` on this endpoint (constrain.py):
+        the spec's method, else the endpoint's learnt one, else the provider's first
+        that the endpoint has not refused; None when it is not constrained over HTTP."""
+        if not choices or self.provider.can(CONSTRAINED_ANSWERS) or "response_format" in self.spec.params:
+            return None
+        if self.spec.constrain:
+            return None if self.spec.constrain == "none" else self.spec.constrain
+        if self.spec.params.get("thinking_budget"):
+            return None  # Anthropic takes no forced tool beside extended thinking
+        adaptation = self.adaptation
+        if adaptation.constrain:
+            return None if adaptation.constrain == "none" else adaptation.constrain
+        for method in self.provider.constrain_methods:
+            if method not in adaptation.failed:
+                return None if method == "none" else method
+        return None
 
     def request(
         self,
@@ -157,16 +229,23 @@ class Model:
         sample: int = 0,
         top_logprobs: int | None = None,
         choices: tuple | None = None,
-        **overrides,
+        adaptive_budget: bool = False,
+        **call_params,
     ) -> dict:
-        """The canonical description of a call: what the cache key hashes (no secrets)."""
-        params = {**self.params, **{k: v for k, v in overrides.items() if v is not None}}
+        """The canonical description of a call: what the cache key hashes (no secrets).
+        It describes the request actually sent, adaptations included."""
+        params = self._params(call_params, adaptive_budget)
         if sample and "seed" in params:
             # A fixed seed would make a repeated draw identical to the first: vary it.
             params["seed"] = params["seed"] + sample
-        # Choices enter the request only where the backend holds the answer to them.
-        constrained = choices and self.provider.can(CONSTRAINED_ANSWERS)
-        extra = {"choices": list(choices)} if constrained else {}
+        # Choices enter the request only where the answer is held to them: by the local
+        # backend's grammar, or by a constraint method of the endpoint.
+        extra = {}
+        method = self.constrain_method(choices)
+        if choices and self.provider.can(CONSTRAINED_ANSWERS):
+            extra = {"choices": list(choices)}
+        elif method is not None:
+            extra = {"choices": list(choices), "constrain": method}
         return {
             **extra,
             "provider": self.spec.provider,
@@ -188,25 +267,68 @@ class Model:
         top_logprobs: int | None = None,
         choices: tuple | None = None,
         usage: UsageCounter | None = None,
-        **overrides,
+        adaptive_budget: bool = False,
+        **call_params,
     ) -> ChatResponse:
-        """Send ``messages`` (``[{"role", "content"}]``); return the model's ChatResponse.
+        """Send ``messages`` (``[{"role", "content"}]``); return the model's ChatResponse,
+        its answer in ``text`` and any thinking in ``reasoning``.
 
         ``template`` (``name@version``) and ``sample`` (0, 1, ... for repeated draws)
-        enter the cache key. ``choices`` (e.g. ``("Yes", "No")``) constrains the answer
-        where the backend can (local models, with a grammar); API backends ignore it and
-        the caller's parser decides. Raises ModelCallError when the call fails for good.
+        enter the cache key. ``choices`` (e.g. ``("Yes", "No")``) holds the answer to those
+        labels where the endpoint can (constrain.py); elsewhere the caller's parser
+        decides. ``adaptive_budget`` (short answers: judges, guards): an answer that comes
+        back empty, cut by the budget after reasoning, is asked again with a larger
+        budget (bounded). An endpoint that rejects a role-default parameter is asked
+        again without it. Both are remembered (adapt.py). Raises ModelCallError when the
+        call fails for good.
         """
-        request = self.request(
-            messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices, **overrides
-        )
+        counters = [c for c in (usage, self.settings.totals) if c is not None]
+        for _attempt in range(MAX_ADAPTATIONS + 1):
+            request = self.request(
+                messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices,
+                adaptive_budget=adaptive_budget, **call_params,
+            )
+            try:
+                response = await self._answer(request, choices, counters)
+            except ParameterRejected as exc:
+                self._drop(exc)
+                continue
+            except ConstraintRejected:
+                self.settings.learn(self.endpoint, lambda a: a.failed.append(request["constrain"]))
+                continue
+            if "constrain" in request and self.adaptation.constrain is None:
+                self.settings.learn(self.endpoint, lambda a: setattr(a, "constrain", request["constrain"]))
+            if adaptive_budget and self._cut_while_reasoning(response, request):
+                asked = self._params(call_params).get("max_tokens")
+                if asked and "max_tokens" not in self.spec.params:
+                    raised: list = []
+                    self.settings.learn(self.endpoint, lambda a: raised.append(a.raise_budget(asked)))
+                    if raised[0] is not None:
+                        continue
+            return response
+        raise ModelCallError(self.role, str(self.spec), f"gave up after {MAX_ADAPTATIONS} adaptations to the endpoint")
+
+    @staticmethod
+    def _cut_while_reasoning(response: ChatResponse, request: dict) -> bool:
+        return not response.text.strip() and response.finish_reason == FINISH_LENGTH
+
+    def _drop(self, exc: ParameterRejected) -> None:
+        if exc.name in self.spec.params:
+            raise ModelCallError(
+                self.role, str(self.spec),
+                f"the endpoint rejects {exc.name}={self.spec.params[exc.name]!r}, which the spec sets ({exc.reason}); "
+                f"drop it with ?{exc.name}=none or give a value it takes",
+            )
+        self.settings.learn(self.endpoint, lambda a: a.dropped.setdefault(exc.name, exc.reason))
+
+    async def _answer(self, request: dict, choices, counters) -> ChatResponse:
+        """The answer to ``request``: from the cache, the dry-run stand-in, or the endpoint."""
         cache = self.settings.cache
         key = cache_key(request) if (cache is not None or self.settings.dry_run) else None
-        counters = [c for c in (usage, self.settings.totals) if c is not None]
         if cache is not None:
             stored = cache.get(key)
             if stored is not None:
-                response = ChatResponse.from_dict(stored)
+                response = split_thinking(ChatResponse.from_dict(stored))
                 for counter in counters:
                     counter.add(self.role, True, response)
                 return response
@@ -226,7 +348,7 @@ class Model:
             cache.put(key, self.role, request, response.to_dict())
         for counter in counters:
             counter.add(self.role, False, response)
-        return response
+        return split_thinking(response)
 
     async def _call(self, request: dict) -> ChatResponse:
         last: BaseException | None = None
@@ -234,9 +356,10 @@ class Model:
             try:
                 # A backend that seeds its sampling from the request needs the sample index
                 # too, so that a repeated draw comes out different.
+                constrain = {"constrain": request["constrain"]} if "constrain" in request else {}
                 return await self.backend.complete(
                     request["messages"], request["params"], request["top_logprobs"],
-                    choices=request.get("choices"), sample=request["sample"],
+                    choices=request.get("choices"), sample=request["sample"], **constrain,
                 )
             except (MalformedResponse, json.JSONDecodeError) as exc:
                 last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times
@@ -250,6 +373,9 @@ class Model:
                 if _is_malformed(exc):
                     last = exc
                     continue
+                rejection = classify_rejection(exc, request["params"], "constrain" in request)
+                if rejection is not None:
+                    raise rejection from exc
                 raise ModelCallError(self.role, str(self.spec), _describe(exc)) from exc
         raise ModelCallError(
             self.role,

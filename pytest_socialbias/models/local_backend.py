@@ -118,7 +118,8 @@ class LocalBackend:
         return self._models[with_logprobs]
 
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0,
+        constrain: str | None = None,
     ) -> ChatResponse:
         return await asyncio.to_thread(self._complete, messages, params, top_logprobs, choices, sample)
 
@@ -136,6 +137,17 @@ class LocalBackend:
         self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
     ) -> ChatResponse:
         kwargs = {k: params[k] for k in ("temperature", "top_p", "max_tokens") if k in params}
+        # Any other parameter passes through when llama.cpp's chat completion takes it
+        # (top_k, min_p, repeat_penalty, ...).
+        for name, value in params.items():
+            if name in kwargs or name == "seed":
+                continue
+            if name not in _sampling_parameters():
+                raise LocalModelError(
+                    f"{self.path.name}: llama.cpp takes no parameter {name!r}; known: "
+                    + ", ".join(sorted(_sampling_parameters()))
+                )
+            kwargs[name] = value
         # Sampling is seeded from the request itself unless the spec fixes a seed, so the
         # same request gives the same answer, with or without the cache.
         kwargs["seed"] = params.get("seed", _request_seed(messages, params, sample))
@@ -174,6 +186,22 @@ class LocalBackend:
                 if close is not None:
                     close()
             self._models.clear()
+
+
+_SAMPLING: set = set()
+
+
+def _sampling_parameters() -> set:
+    """The keyword parameters of llama.cpp's chat completion that a spec may set."""
+    if not _SAMPLING:
+        import inspect
+
+        import llama_cpp
+
+        names = set(inspect.signature(llama_cpp.Llama.create_chat_completion).parameters)
+        _SAMPLING.update(names - {"self", "messages", "functions", "function_call", "tools", "tool_choice",
+                                  "stream", "logprobs", "top_logprobs", "grammar", "seed"})
+    return _SAMPLING
 
 
 def _request_seed(messages: list[dict], params: dict, sample: int = 0) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import FINISH_CONTENT_FILTER, ChatResponse, MalformedResponse
+from .constrain import openai_fields
 from .transport import aiohttp_client
 
 
@@ -27,7 +28,8 @@ class OpenAIBackend:
         return str(self._client.base_url).rstrip("/")
 
     async def complete(
-        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0,
+        constrain: str | None = None,
     ) -> ChatResponse:
         body = {"model": self.spec.model, "messages": messages}
         for name, value in params.items():
@@ -35,6 +37,8 @@ class OpenAIBackend:
         if top_logprobs is not None:
             body["logprobs"] = True
             body["top_logprobs"] = top_logprobs
+        if constrain and choices:
+            body.update(openai_fields(constrain, choices))
         # The SDK's low-level post keeps its auth, retries (429 with Retry-After, 5xx,
         # timeouts, dropped connections) and error types, but skips the typed transform
         # of the request and the model construction of the answer: together 3/4 of the
@@ -60,11 +64,16 @@ def parse_completion(data) -> ChatResponse:
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise MalformedResponse("the response's message content is not text")
+    # Thinking in a field of its own: vLLM/SGLang/DeepSeek say reasoning_content, Ollama
+    # and others reasoning.
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    reasoning = reasoning if isinstance(reasoning, str) and reasoning else None
     finish_reason = choice.get("finish_reason") or "stop"
     if not text and message.get("refusal"):
         text = str(message["refusal"])
         finish_reason = FINISH_CONTENT_FILTER
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
     return ChatResponse(
         text=text,
         finish_reason=finish_reason,
@@ -72,6 +81,8 @@ def parse_completion(data) -> ChatResponse:
         completion_tokens=usage.get("completion_tokens"),
         logprobs=_logprobs(choice),
         model=data.get("model"),
+        reasoning=reasoning,
+        reasoning_tokens=details.get("reasoning_tokens") or None,
     )
 
 

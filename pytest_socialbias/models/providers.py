@@ -10,7 +10,9 @@ provider = one ``register`` call with its backend (see the Backend protocol in b
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError
@@ -62,6 +64,13 @@ class Provider:
     #: Shown in the summary and the report when a judge runs on this provider.
     judge_warning: str | None = None
     url_hint: str = ""  # how to reach such a model through a server instead
+    #: Bare model names that mean this provider (``gpt-4o`` -> openai), matched in full.
+    bare_names: re.Pattern | None = None
+    #: How its endpoints can hold a judge's answer to its labels, tried in order
+    #: (constrain.py); CONSTRAINED_ANSWERS backends do it themselves.
+    constrain_methods: tuple = ("none",)
+    #: Named spec parameters it cannot take, with what to write instead.
+    unsupported: tuple = ()
 
     def can(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -105,6 +114,29 @@ def names() -> tuple[str, ...]:
 
 def get(name: str) -> Provider | None:
     return _REGISTRY.get(name)
+
+
+def resolve_bare(name: str, option: str, raw: str) -> str:
+    """``PROVIDER:MODEL`` for a bare model name, when exactly one provider claims it; a
+    path to a .gguf file is a local model. ConfigError listing the spellings otherwise."""
+    path = Path(name).expanduser()
+    if name.endswith(".gguf") or path.suffix == ".gguf":
+        return f"local:{name}"
+    if path.is_dir():
+        raise ConfigError(
+            f"{option}={raw}: {name} is a folder (a checkpoint?); checkpoints on your own GPUs need a "
+            "server for now: serve it with vLLM or another OpenAI-compatible server and pass "
+            "openai:MODEL@http://HOST:PORT/v1 (managed GPU backends are not built yet)"
+        )
+    claims = [p.name for p in _REGISTRY.values() if p.bare_names is not None and p.bare_names.fullmatch(name)]
+    if len(claims) == 1:
+        return f"{claims[0]}:{name}"
+    spellings = ", ".join(f"{p}:{name}" for p in (claims or [p.name for p in _REGISTRY.values() if p.takes_url]))
+    why = "several providers serve it" if claims else "no provider claims the name"
+    raise ConfigError(
+        f"{option}={raw!r} is not a model spec ({why}); write PROVIDER:MODEL, e.g. {spellings}, "
+        f"or openai:{name}@http://HOST:PORT/v1 for a server"
+    )
 
 
 def provider_of(spec) -> Provider:
@@ -152,12 +184,20 @@ EMBEDDED_JUDGE_WARNING = (
 OPENAI = register(Provider(
     name="openai", build=_build_openai, key_env="OPENAI_API_KEY", keyless_with_url=True,
     capabilities=frozenset({LOGPROBS, SEED}),
+    bare_names=re.compile(r"(gpt-|chatgpt-|o[1-9]|codex-|computer-use-|text-embedding-)[A-Za-z0-9._-]*"),
+    constrain_methods=("json_schema", "grammar", "json_object", "none"),
+    unsupported=(("thinking_budget", "thinking_budget is Anthropic's; OpenAI reasoning models take reasoning_effort"),),
 ))
 ANTHROPIC = register(Provider(
     name="anthropic", build=_build_anthropic, key_env="ANTHROPIC_API_KEY",
+    bare_names=re.compile(r"claude-[A-Za-z0-9._-]+"),
+    constrain_methods=("tool", "none"),
+    unsupported=(("reasoning_effort", "reasoning_effort is OpenAI's; Anthropic takes thinking_budget=N (tokens)"),),
 ))
 LOCAL = register(Provider(
     name="local", build=_build_local, takes_url=False, default_model=EMBEDDED_MODEL, check=_check_local,
     capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), build_early=False,
     judge_warning=EMBEDDED_JUDGE_WARNING, url_hint="to use a llama.cpp server, write openai:MODEL@{url}",
+    unsupported=(("reasoning_effort", "the embedded llama.cpp runtime has no reasoning_effort"),
+                 ("thinking_budget", "the embedded llama.cpp runtime has no thinking_budget")),
 ))

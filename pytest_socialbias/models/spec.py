@@ -1,17 +1,27 @@
-"""Model spec strings: ``provider:MODEL[@BASE_URL][?param=value&...]``.
+"""Model spec strings: ``provider:MODEL[@BASE_URL][?param=value&...]``, or a bare model name.
 
 Examples::
 
     openai:gpt-4o-mini
     openai:gpt-4o-mini?temperature=0.7&max_tokens=250
     openai:my-model@http://127.0.0.1:8000/v1        (vLLM, llama.cpp server, Ollama, ...)
-    anthropic:claude-sonnet-4-5?max_tokens=400
+    openai:qwen3@http://127.0.0.1:8000/v1?chat_template_kwargs={"enable_thinking":false}
+    openai:o4-mini?reasoning_effort=low&temperature=none
+    anthropic:claude-sonnet-4-5?max_tokens=400&thinking_budget=2048
+    gpt-4o-mini, claude-sonnet-4-5, models/my-model.gguf   (bare names, when unambiguous)
     local                                           (the embedded SmolLM2-135M-Instruct)
     local:/models/my-model.gguf?temperature=0.2      (any GGUF file, run with llama.cpp)
+
+A spec's parameters always win over a role's defaults. ``NAME=none`` drops a parameter the
+role would send. Parameters that are not named below pass through in the request body as
+they are (a JSON value where the text is one: numbers, true/false, objects), and enter the
+cache key like every parameter.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -20,13 +30,25 @@ from urllib.parse import parse_qsl
 from ..errors import ConfigError
 from . import providers
 
-#: Decoding parameters a spec may set; they all enter the cache key.
+#: Decoding parameters a spec may set, checked; they all enter the cache key.
 DECODING_PARAMS = {
     "temperature": float,
     "max_tokens": int,
     "top_p": float,
     "seed": int,
+    "reasoning_effort": str,  # OpenAI reasoning models: minimal, low, medium, high
+    "thinking_budget": int,  # Anthropic extended thinking: budget_tokens (>= 1024)
 }
+#: How a judge's answer is held to its labels (README "constrained answers"); in the
+#: cache key, never sent as a body field of its own.
+CONSTRAIN_METHODS = ("json_schema", "json_object", "grammar", "guided_choice", "tool", "none")
+#: Parameters that commonly pass through to a server: known, so a misspelling of one is
+#: caught (``top_kk``), while any other name passes through unchecked.
+PASS_THROUGH_KNOWN = (
+    "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "stop",
+    "chat_template_kwargs", "logit_bias", "stop_token_ids", "skip_special_tokens", "n_predict",
+    "mirostat", "typical_p", "num_ctx", "response_format",
+)
 #: Transport settings a spec may set; they do not change answers, so not in the cache key.
 TRANSPORT_PARAMS = {
     "timeout": float,
@@ -54,20 +76,37 @@ class ModelSpec:
     provider: str
     model: str
     base_url: str | None = None
-    params: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)  # None as a value: drop the role's default
     transport: dict = field(default_factory=dict)
     raw: str = ""
+    constrain: str | None = None  # how judge answers are held to their labels
 
     def __str__(self) -> str:
         return self.raw or f"{self.provider}:{self.model}"
 
+    @property
+    def resolved(self) -> str:
+        """The spec written out in full (a bare name shows the provider it resolved to)."""
+        text = f"{self.provider}:{self.model}" + (f"@{self.base_url}" if self.base_url else "")
+        query = [f"{k}={_shown(v)}" for k, v in sorted(self.params.items())]
+        query += [f"{k}={v}" for k, v in sorted(self.transport.items())]
+        query += [f"constrain={self.constrain}"] if self.constrain else []
+        return text + ("?" + "&".join(query) if query else "")
+
     def to_dict(self) -> dict:
-        return {
+        out = {
             "provider": self.provider,
             "model": self.model,
             "base_url": self.base_url,
             "params": dict(sorted(self.params.items())),
         }
+        if self.constrain:
+            out["constrain"] = self.constrain
+        return out
+
+
+def _shown(value) -> str:
+    return "none" if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
 def _convert(option: str, raw: str, name: str, value: str, kind: type):
@@ -83,6 +122,7 @@ def _convert(option: str, raw: str, name: str, value: str, kind: type):
         "temperature": (0.0, 2.0),
         "top_p": (0.0, 1.0),
         "max_tokens": (1, 1_000_000),
+        "thinking_budget": (1024, 1_000_000),
         "timeout": (0.001, 86_400.0),
         "max_retries": (0, 100),
     }
@@ -95,6 +135,14 @@ def _convert(option: str, raw: str, name: str, value: str, kind: type):
     return converted
 
 
+def _pass_through_value(value: str):
+    """A pass-through parameter's value: JSON where the text is JSON, else the text."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
 def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     """Parse a spec string; raise ConfigError naming ``option`` and the fix."""
     text = (raw or "").strip()
@@ -102,6 +150,8 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     entry = providers.get(bare)
     if entry is not None and entry.default_model:  # ``local`` alone: the embedded model
         text = f"{bare}:{entry.default_model}" + text[len(bare):]
+    elif bare and ":" not in bare.split("@", 1)[0]:
+        text = providers.resolve_bare(bare.split("@", 1)[0], option, raw) + text[len(bare.split("@", 1)[0]):]
     match = _SPEC_RE.match(text)
     if not match:
         raise ConfigError(f"{option}={raw!r} is not a model spec: {SPEC_HELP}")
@@ -129,19 +179,36 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
         raise ConfigError(f"{option}={raw}: a {provider} model has no URL{hint}")
     params: dict = {}
     transport: dict = {}
+    constrain = None
     query = match["query"]
     if query is not None:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False)
         if query and not pairs:
             raise ConfigError(f"{option}={raw}: cannot read parameters {query!r}: {SPEC_HELP}")
+        known = [*DECODING_PARAMS, *TRANSPORT_PARAMS, "constrain", *PASS_THROUGH_KNOWN]
         for name, value in pairs:
-            if name in DECODING_PARAMS:
-                params[name] = _convert(option, raw, name, value, DECODING_PARAMS[name])
+            if name == "constrain":
+                if value not in CONSTRAIN_METHODS:
+                    raise ConfigError(
+                        f"{option}={raw}: constrain={value!r}: expected one of {', '.join(CONSTRAIN_METHODS)}"
+                    )
+                constrain = value
             elif name in TRANSPORT_PARAMS:
                 transport[name] = _convert(option, raw, name, value, TRANSPORT_PARAMS[name])
+            elif value.strip().lower() == "none":
+                params[name] = None  # drop what the role would send
+            elif name in DECODING_PARAMS:
+                params[name] = _convert(option, raw, name, value, DECODING_PARAMS[name])
             else:
-                allowed = ", ".join([*DECODING_PARAMS, *TRANSPORT_PARAMS])
-                raise ConfigError(
-                    f"{option}={raw}: unknown parameter {name!r}; allowed: {allowed}"
-                )
-    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip())
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+                if close and name not in PASS_THROUGH_KNOWN:
+                    raise ConfigError(
+                        f"{option}={raw}: unknown parameter {name!r} (did you mean {close[0]}?); named "
+                        f"ones: {', '.join([*DECODING_PARAMS, *TRANSPORT_PARAMS, 'constrain'])}; any other "
+                        "name passes through to the server"
+                    )
+                params[name] = _pass_through_value(value)
+    for name, hint in entry.unsupported:
+        if params.get(name) is not None:
+            raise ConfigError(f"{option}={raw}: {hint}")
+    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain)

@@ -132,11 +132,14 @@ def summary_lines(result) -> list[str]:
         lines += _table(["suite", "metric", "value", "95% CI", "n"], rows)
     usage = result.usage
     if usage:
+        reasoning = any(u.get("reasoning_tokens") for u in usage.values())
         lines.append("")
         lines += _table(
-            ["role", "calls", "cache hits", "misses", "prompt tokens", "completion tokens"],
+            ["role", "calls", "cache hits", "misses", "prompt tokens", "completion tokens"]
+            + (["of which reasoning"] if reasoning else []),
             [
                 [role, str(u["calls"]), str(u["hits"]), str(u["misses"]), str(u["prompt_tokens"]), str(u["completion_tokens"])]
+                + ([str(u.get("reasoning_tokens", 0))] if reasoning else [])
                 for role, u in usage.items()
             ],
         )

@@ -1,0 +1,148 @@
+"""What a run learns about an endpoint, and adapts to, rather than failing every call.
+
+Reasoning models reject parameters ordinary models take (OpenAI's reasoning models answer
+HTTP 400 ``unsupported_value`` for any temperature but the default) and spend tokens
+thinking before they answer, so a judge's 20-token budget can end before any answer.
+Endpoints differ in how (and whether) they hold an answer to given labels. An
+``Adaptation`` holds, per endpoint (provider, model, base URL):
+
+* ``dropped``: role-default parameters the endpoint rejected, with the reason; they are
+  no longer sent. A parameter the spec sets itself is never dropped: its rejection is an
+  error naming it (a spec's parameters win).
+* ``budgets``: raised token budgets of short-answer calls (judges, guards) whose answer
+  came back empty, cut by the budget after reasoning: ``{"20": 320}``, bounded by
+  ``MAX_BUDGET``. Never for the target: an empty target reply is an error.
+* ``constrain``: the constraint method that works (constrain.py), and ``failed`` the
+  ones the endpoint refused.
+
+It is learnt once per endpoint and run, kept in the record/replay cache (so workers,
+replays and later runs build the same requests, and cache keys describe what is sent),
+carried on every record and reported under the role in the report's ``models``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .constrain import REJECTION_WORDS
+
+#: Budget raises: each time x16, never above this many tokens.
+BUDGET_FACTOR = 16
+MAX_BUDGET = 4096
+
+
+@dataclass
+class Adaptation:
+    dropped: dict = field(default_factory=dict)  # parameter -> why
+    budgets: dict = field(default_factory=dict)  # str(asked max_tokens) -> raised max_tokens
+    constrain: str | None = None
+    failed: list = field(default_factory=list)  # constraint methods the endpoint refused
+
+    def to_dict(self) -> dict:
+        out = {}
+        if self.dropped:
+            out["dropped"] = dict(sorted(self.dropped.items()))
+        if self.budgets:
+            out["max_tokens"] = dict(sorted(self.budgets.items(), key=lambda kv: int(kv[0])))
+        if self.constrain:
+            out["constrain"] = self.constrain
+        if self.failed:
+            out["constrain_failed"] = list(self.failed)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "Adaptation":
+        data = data or {}
+        return cls(
+            dropped=dict(data.get("dropped") or {}),
+            budgets={str(k): int(v) for k, v in (data.get("max_tokens") or {}).items()},
+            constrain=data.get("constrain"),
+            failed=list(data.get("constrain_failed") or []),
+        )
+
+    def budget(self, asked: int) -> int:
+        return self.budgets.get(str(asked), asked)
+
+    def raise_budget(self, asked: int) -> int | None:
+        """The next budget for calls that asked ``asked`` tokens, or None at the bound."""
+        current = self.budget(asked)
+        if current >= MAX_BUDGET:
+            return None
+        self.budgets[str(asked)] = min(MAX_BUDGET, current * BUDGET_FACTOR)
+        return self.budgets[str(asked)]
+
+    def describe(self) -> list[str]:
+        """What was adapted and why, in words, for the summary."""
+        out = [f"dropped {name} ({why})" for name, why in sorted(self.dropped.items())]
+        out += [
+            f"raised max_tokens {asked} -> {raised} (answers came back empty, cut by the budget after reasoning)"
+            for asked, raised in sorted(self.budgets.items(), key=lambda kv: int(kv[0]))
+        ]
+        if self.constrain:
+            refused = f" (refused: {', '.join(self.failed)})" if self.failed else ""
+            out.append(f"answers constrained with {self.constrain}{refused}")
+        return out
+
+
+def merge(adaptations: list[dict]) -> dict:
+    """One adaptation from several (records of several workers): the union, the larger
+    budget, the latest constraint method."""
+    out = Adaptation()
+    for data in adaptations:
+        one = Adaptation.from_dict(data)
+        out.dropped.update(one.dropped)
+        for asked, raised in one.budgets.items():
+            out.budgets[asked] = max(raised, out.budgets.get(asked, 0))
+        out.constrain = one.constrain or out.constrain
+        out.failed = sorted(set(out.failed) | set(one.failed))
+    return out.to_dict()
+
+
+# --------------------------------------------------------------------------- rejections
+
+
+class ParameterRejected(Exception):
+    """The endpoint refused a parameter of the request (HTTP 400/422 naming it)."""
+
+    def __init__(self, name: str, reason: str):
+        super().__init__(f"{name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+class ConstraintRejected(Exception):
+    """The endpoint refused the request's constraint fields (HTTP 400/422)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _error_fields(exc: BaseException) -> tuple[str, str | None, str | None]:
+    """(message, param, code) of an SDK's HTTP error."""
+    body = getattr(exc, "body", None)
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        message = str(error.get("message") or getattr(exc, "message", "") or exc)
+        return message, error.get("param"), error.get("code")
+    return str(getattr(exc, "message", "") or exc), None, None
+
+
+def classify_rejection(exc: BaseException, sent: dict, constrained: bool):
+    """A ParameterRejected or ConstraintRejected for an HTTP 400/422 that names what it
+    refused, else None (a plain error). ``sent``: the parameters the request carried."""
+    if getattr(exc, "status_code", None) not in (400, 422):
+        return None
+    message, param, code = _error_fields(exc)
+    reason = f"HTTP {exc.status_code}" + (f" {code}" if code else "") + f": {message.strip()[:200]}"
+    lowered = message.lower()
+    if param in sent:
+        return ParameterRejected(param, reason)
+    for name in sent:
+        # "'temperature' does not support 0", "`top_k`", "Unsupported parameter: temperature"
+        if re.search(rf"(['\"`]{re.escape(name)}['\"`]|parameter:?\s+{re.escape(name)}\b)", message, re.IGNORECASE):
+            return ParameterRejected(name, reason)
+    if constrained and (exc.status_code == 422 or any(word in lowered for word in REJECTION_WORDS)):
+        return ConstraintRejected(reason)
+    return None
