@@ -80,6 +80,9 @@ class Aggregator:
             metrics = sorted(metrics + rows, key=metric_sort_key)
         comparison = None
         models = self.models.spec_dicts()
+        for role, adapted in _adaptations(records).items():
+            if role in models:
+                models[role]["adapted"] = adapted
         if self.baseline is not None:
             from .compare import compare, rows_for
             from .report.json_report import run_metadata
@@ -115,6 +118,17 @@ class Aggregator:
         path = self.settings.judge_check
         shown = BUILTIN_REFERENCE if path == BUILTIN_REFERENCE_PATH else shown_path(path)
         return summarize(shown, self.judge_reference, answers, metrics)
+
+
+def _adaptations(records) -> dict:
+    """Role -> what its endpoint was adapted to, merged over every record (models/adapt.py)."""
+    from .models.adapt import merge
+
+    found: dict[str, list] = {}
+    for record in records:
+        for role, adapted in (record.get("adapted") or {}).items():
+            found.setdefault(role, []).append(adapted)
+    return {role: merge(items) for role, items in found.items()}
 
 
 def with_snapshots(result: RunResult, snapshots) -> RunResult:

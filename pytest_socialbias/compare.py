@@ -252,7 +252,7 @@ def comparability_warnings(baseline: dict, current: dict) -> list[str]:
     """Why the baseline's numbers may not be comparable with this run's."""
     out = []
     for role, what in (("judge", "judge"), ("user", "user simulator")):
-        old, new = baseline.get("models", {}).get(role), current.get("models", {}).get(role)
+        old, new = (_spec_only(found.get("models", {}).get(role)) for found in (baseline, current))
         if old is not None and new is not None and old != new:
             out.append(
                 f"the baseline's {what} differs ({_spec_text(old)} there, {_spec_text(new)} here): "
@@ -274,6 +274,11 @@ def comparability_warnings(baseline: dict, current: dict) -> list[str]:
                 f"{meta['sha256'][:12]} here); only cases present in both are paired"
             )
     return out
+
+
+def _spec_only(spec: dict | None) -> dict | None:
+    """A role's spec without what the run adapted to (that is reported, not compared)."""
+    return None if spec is None else {k: v for k, v in spec.items() if k != "adapted"}
 
 
 def _spec_text(spec: dict) -> str:

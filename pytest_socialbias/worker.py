@@ -156,4 +156,7 @@ async def run_case(case, roles) -> dict:
     record = {**identity, **result}
     record["outcome"] = outcome_of(record["labels"], record["errors"])
     record["usage"] = usage.to_dict()
+    adapted = roles.adaptations()
+    if adapted:
+        record["adapted"] = adapted  # reaches the aggregator from any worker
     return record

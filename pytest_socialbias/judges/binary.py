@@ -14,7 +14,11 @@ from ..prompts import Template
 from .parse import parse_binary, parse_scale
 
 #: Judges answer in a word; a small budget keeps them cheap. Temperature 0 for stability.
+#: These are the call's defaults: a judge spec's own parameters win over them.
 JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 20}
+#: A judge's answer is short: where a reasoning model spends the budget before answering,
+#: the budget is raised (bounded) rather than the answer lost (models/adapt.py).
+SHORT_ANSWER = {"adaptive_budget": True}
 
 #: Where the backend can constrain answers (local models), judges can only say these.
 YES_NO = ("Yes", "No")
@@ -35,7 +39,7 @@ class JudgeVerdict:
 
 async def ask_judge(judge, template: Template, parse, choices, retry_message: str, usage=None, **values) -> JudgeVerdict:
     messages = template.messages(**values)
-    first = await judge.chat(messages, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
+    first = await judge.chat(messages, template=template.id, usage=usage, choices=choices, **SHORT_ANSWER, **JUDGE_PARAMS)
     label = read_answer(first, parse)
     if label is not None:
         return JudgeVerdict(label, first.text)
@@ -43,7 +47,7 @@ async def ask_judge(judge, template: Template, parse, choices, retry_message: st
         {"role": "assistant", "content": first.text or "(no answer)"},
         {"role": "user", "content": retry_message},
     ]
-    second = await judge.chat(retry, template=template.id, usage=usage, choices=choices, **JUDGE_PARAMS)
+    second = await judge.chat(retry, template=template.id, usage=usage, choices=choices, **SHORT_ANSWER, **JUDGE_PARAMS)
     label = read_answer(second, parse)
     if label is not None:
         return JudgeVerdict(label, second.text)

@@ -471,6 +471,7 @@ async def _screen_messages(
         template=template,
         usage=usage,
         top_logprobs=GUARD_TOP_LOGPROBS if guard.reads_logprobs else None,
+        adaptive_budget=True,  # a short answer: a reasoning guard gets a larger budget
         **{**GUARD_PARAMS, "max_tokens": guard.max_tokens},
     )
     return guard.parse(response.text, response.logprobs, controversial_is_unsafe)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .. import prompts
 from ..vocabulary import CLASSES, GUIDANCE
-from .binary import JUDGE_PARAMS, read_answer, shown_answer
+from .binary import JUDGE_PARAMS, SHORT_ANSWER, read_answer, shown_answer
 from .parse import LEADING_NOISE, json_object
 
 #: The letters the prompt asks for; local backends constrain the answer to these.
@@ -40,6 +40,7 @@ PAIR_RETRY_MESSAGE = (
 )
 
 _LETTER_CLASS = {"N": "N", "O": "OB", "B": "BB"}
+_JSON_OPENING = '{"answer":"'
 
 # A class at the start of the answer. Longer spellings first, so "OB" is not read as "O"
 # and "BB" not as "B". The word must not run on into a letter, digit or "/" ("No",
@@ -177,7 +178,16 @@ def class_probabilities(logprobs: list | None) -> dict[str, float] | None:
     no log-probabilities or no class token at the answer position. Values are rounded
     to 6 digits; the rounding residue goes to the largest class, so they sum to 1.
     """
+    scaffold = ""
     for position in logprobs or []:
+        # A JSON-constrained answer ({"answer":"B"}, models/constrain.py): the letter
+        # comes after that exact opening, which is skipped; any other JSON is no answer.
+        seen = (scaffold + str(position.get("token") or "")).replace(" ", "")
+        if seen and _JSON_OPENING.startswith(seen):
+            scaffold = seen
+            continue
+        if scaffold and scaffold != _JSON_OPENING:
+            return None
         if not _token_letter(position.get("token")):
             continue  # markup or whitespace before the answer
         top = list(position.get("top") or [])
@@ -246,7 +256,7 @@ class PairVerdict:
 
 async def _ask(judge, template, messages, parse, retry_message: str, usage, **kw):
     """(parsed, response, error): one call, one retry on an unreadable answer."""
-    first = await judge.chat(messages, template=template.id, usage=usage, **kw, **JUDGE_PARAMS)
+    first = await judge.chat(messages, template=template.id, usage=usage, **kw, **SHORT_ANSWER, **JUDGE_PARAMS)
     parsed = read_answer(first, parse)
     if parsed is not None:
         return parsed, first, None
@@ -254,7 +264,7 @@ async def _ask(judge, template, messages, parse, retry_message: str, usage, **kw
         {"role": "assistant", "content": first.text or "(no answer)"},
         {"role": "user", "content": retry_message},
     ]
-    second = await judge.chat(retry, template=template.id, usage=usage, **kw, **JUDGE_PARAMS)
+    second = await judge.chat(retry, template=template.id, usage=usage, **kw, **SHORT_ANSWER, **JUDGE_PARAMS)
     parsed = read_answer(second, parse)
     if parsed is not None:
         return parsed, second, None

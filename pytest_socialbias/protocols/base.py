@@ -52,6 +52,22 @@ class Roles:
     guard: object = None  # GuardRole or None
     extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge (detector ensembles)
 
+    def by_role(self) -> dict:
+        """Role name -> model, for the roles given (``judge-2``, ... for extra judges)."""
+        out = {"target": self.target, "judge": self.judge, "user": self.user,
+               "guard": self.guard.model if self.guard is not None else None}
+        out.update({f"judge-{i}": model for i, model in enumerate(self.extra_judges, start=2)})
+        return {role: model for role, model in out.items() if model is not None}
+
+    def adaptations(self) -> dict:
+        """Role -> what its endpoint was adapted to so far (models/adapt.py), where anything was."""
+        out = {}
+        for role, model in self.by_role().items():
+            adaptation = getattr(model, "adaptation", None)
+            if adaptation is not None and adaptation.to_dict():
+                out[role] = adaptation.to_dict()
+        return out
+
 
 def outcome_of(labels: dict, errors: list) -> str:
     """``error`` when an error voids the labels, else ``biased``, ``refused`` or ``clean``."""

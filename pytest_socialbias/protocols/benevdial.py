@@ -28,7 +28,9 @@ from ..errors import ModelCallError
 from ..judges.treatment import judge_pair, judge_treatment
 from ..vocabulary import BIASED_CLASSES
 from .base import Protocol
-from .dialogue import UserSimulatorFailure, draw_user_message, situation_text, target_messages
+from .dialogue import (
+    EmptyReply, UserSimulatorFailure, check_reply, draw_user_message, situation_text, target_messages, turn_record,
+)
 
 #: A simulated message that repeats a line of its own brief this long is a role break.
 MIN_ECHO = 16
@@ -90,9 +92,12 @@ async def run_agent(case, roles, usage) -> dict:
             message, retried = await simulate_person(roles.user, conditions, role, need, condition.profile, turns, usage)
             role_breaks += retried
             reply = await roles.target.chat(target_messages(system, turns, message), usage=usage)
-            turns.append({"user": message, "assistant": reply.text, "finish_reason": reply.finish_reason})
+            turns.append(turn_record(message, reply))
+            check_reply(reply, roles.target, len(turns))
     except UserSimulatorFailure as exc:
         errors.append({"kind": "user_simulator_error", "role": "user", "message": str(exc)})
+    except EmptyReply as exc:
+        errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
     except ModelCallError as exc:
         errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
     verdict = None
@@ -163,7 +168,8 @@ async def _scripted_dialogue(target, system: str, user_turns: list[str], usage) 
     turns: list[dict] = []
     for message in user_turns:
         reply = await target.chat(target_messages(system, turns, message), usage=usage)
-        turns.append({"user": message, "assistant": reply.text, "finish_reason": reply.finish_reason})
+        turns.append(turn_record(message, reply))
+        check_reply(reply, target, len(turns))
     return turns
 
 
@@ -197,6 +203,8 @@ async def run_pair(case, roles, usage) -> dict:
         )
     except ModelCallError as exc:
         errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+    except EmptyReply as exc:
+        errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
     first = shown_first(case.id)
     shown = dialogues if first else dialogues[::-1]
     classes = [None, None]

@@ -18,7 +18,7 @@ from .. import prompts
 from ..errors import ModelCallError
 from ..judges import judge_binary, judge_scale
 from ..judges.guards import screen
-from ..models.base import FINISH_CONTENT_FILTER
+from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import STYLES
 
 #: Draws of the user simulator per turn before its failure is recorded.
@@ -71,6 +71,35 @@ def clean_user_message(text: str, statement: str | None = None) -> tuple[str, st
 
 class UserSimulatorFailure(Exception):
     """The user simulator broke role on every draw for this turn."""
+
+
+class EmptyReply(Exception):
+    """The target's reply has no answer to label (empty, or its thinking was cut before
+    any answer): an error of the case with its reason, never a clean reply."""
+
+
+def turn_record(user_message: str, reply) -> dict:
+    """One exchange as records keep it; the target's thinking, if any, beside its answer."""
+    turn = {"user": user_message, "assistant": reply.text, "finish_reason": reply.finish_reason}
+    if reply.reasoning:
+        turn["reasoning"] = reply.reasoning
+    return turn
+
+
+def check_reply(reply, target, turn: int) -> None:
+    """Raise EmptyReply when the target's reply has no answer. A provider's content-filter
+    stop is not empty: it counts as a refusal."""
+    if reply.text.strip() or reply.finish_reason == FINISH_CONTENT_FILTER:
+        return
+    budget = getattr(target, "max_tokens", None)
+    budget_text = f"the {budget}-token budget" if budget else "the token budget"
+    if reply.finish_reason == FINISH_LENGTH and (reply.reasoning or reply.reasoning_tokens):
+        why = f"{budget_text} went to reasoning; raise max_tokens in the spec (e.g. ?max_tokens=4096)"
+    elif reply.finish_reason == FINISH_LENGTH:
+        why = f"{budget_text} ran out before any answer; raise max_tokens in the spec"
+    else:
+        why = f"the model answered nothing (finish reason {reply.finish_reason!r})"
+    raise EmptyReply(f"turn {turn}: empty reply: {why}")
 
 
 async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str, int]:
@@ -156,8 +185,9 @@ async def judge_turn(
     results = dict(zip(tasks, await asyncio.gather(*tasks.values())))
     screened = results.pop("guard", None)
     labels = {
-        # An empty reply cannot endorse a stereotype; a provider's content-filter stop is
-        # a refusal, never a clean reply (whatever text came before it is still judged).
+        # Only a content-filter stop reaches here without text (an empty reply otherwise is
+        # an error, see check_reply): it is a refusal, and endorses nothing. Whatever text
+        # came before a filter stop is still judged.
         "bias": _label(results.get("bias"), default=0),
         "refusal": _label(results.get("refusal"), default=1),
     }
@@ -198,7 +228,8 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
                 role_breaks += retried
             before = list(turns)
             reply = await roles.target.chat(target_messages(roles.system_prompt, turns, user_message), usage=usage)
-            turns.append({"user": user_message, "assistant": reply.text, "finish_reason": reply.finish_reason})
+            turns.append(turn_record(user_message, reply))
+            check_reply(reply, roles.target, len(turns))
             # Judge this turn while the dialogue goes on.
             judge_tasks.append(
                 asyncio.ensure_future(
@@ -207,6 +238,8 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
             )
     except UserSimulatorFailure as exc:
         errors.append({"kind": "user_simulator_error", "role": "user", "message": str(exc)})
+    except EmptyReply as exc:
+        errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
     except ModelCallError as exc:
         errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
     except BaseException:

@@ -88,6 +88,8 @@ minmax(0,.9fr) 5.5em minmax(0,.9fr) minmax(0,2.2fr);gap:8px;padding:3px 4px;bord
 .tx .u{background:#eef3fb}.tx .a{background:#f3f0f8}.tx .a.bad{background:#fbe9e9;box-shadow:inset 3px 0 #c62828}
 .tx .u b,.tx .a b{position:absolute;left:8px;top:5px;font-size:10px;color:#6b7385;text-transform:uppercase}
 .tx .m{font-size:12px;color:#4a5263}.tx .b1{color:#c62828;font-weight:600}
+.tx .think{margin:2px 0 2px 64px;font-size:12px;color:#4a5263}.tx .think summary{cursor:pointer}
+.tx .think .r{white-space:pre-wrap;overflow-wrap:anywhere;margin:2px 0;padding:3px 8px;background:#f6f7f9}
 """
 
 
@@ -541,6 +543,14 @@ def _turn_meta(number: int, labels: dict, guard_verdict, finish_reason) -> str:
     return " &middot; ".join(parts)
 
 
+def _reasoning(turn: dict) -> str:
+    """The target's thinking, kept apart from its answer, folded away."""
+    if not turn.get("reasoning"):
+        return ""
+    return (f"<details class=\"think\"><summary>target's reasoning (not judged)</summary>"
+            f"<p class=\"r\">{_text(turn['reasoning'])}</p></details>")
+
+
 def _transcript(case: dict) -> str:
     labels = case.get("labels") or {}
     turns = case.get("turns") or []
@@ -563,6 +573,7 @@ def _transcript(case: dict) -> str:
         out.append(
             f"<div class=\"t\"><p class=\"m\">{_turn_meta(number, labels, _at(guard, number - 1), turn.get('finish_reason'))}</p>"
             f"<p class=\"u\"><b>user</b>{_text(turn.get('user'))}</p>"
+            f"{_reasoning(turn)}"
             f"<p class=\"{'a bad' if _at(labels.get('bias'), number - 1) == 1 else 'a'}\"><b>target</b>"
             f"{_text(turn.get('assistant'))}</p></div>"
         )

@@ -107,6 +107,7 @@ def summary_lines(result) -> list[str]:
         f"{len(records)} cases: {counts['clean']} clean, {counts['biased']} biased, "
         f"{counts['refused']} refused, {counts['error']} errors"
     )
+    lines += adaptation_lines(result.models)
     errors = [(r, e) for r in records for e in r.get("errors", [])]
     if errors:
         lines.append("")
@@ -157,6 +158,18 @@ def summary_lines(result) -> list[str]:
         lines.append("")
         lines.append(f"{result.failed_gates} gate(s) crossed: exit status 1")
     return lines
+
+
+def adaptation_lines(models: dict) -> list[str]:
+    """What the run adapted to at each role's endpoint, and why, said once."""
+    from ..models.adapt import Adaptation
+
+    lines = []
+    for role, spec in sorted(models.items()):
+        said = Adaptation.from_dict(spec.get("adapted")).describe()
+        if said:
+            lines.append(f"  - {role} ({spec['provider']}:{spec['model']}): " + "; ".join(said))
+    return (["", "adapted to the models (recorded in the report's models section):"] + lines) if lines else []
 
 
 def gate_lines(results: list[dict], ran: set | None = None) -> list[str]:
