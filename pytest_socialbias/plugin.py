@@ -170,7 +170,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(STATE, None)
     if state is None or not state.models.specs:
         return []
-    roles = ", ".join(f"{role}={spec}" for role, spec in sorted(state.models.specs.items()))
+    roles = ", ".join(f"{role}={spec.resolved}" for role, spec in sorted(state.models.specs.items()))
     return [f"socialbias: {roles}; record={state.settings.record}, cache={state.settings.cache_dir}"]
 
 

@@ -7,7 +7,8 @@ Endpoints differ in how (and whether) they hold an answer to given labels. An
 ``Adaptation`` holds, per endpoint (provider, model, base URL):
 
 * ``dropped``: role-default parameters the endpoint rejected, with the reason; they are
-  no longer sent. A parameter the spec sets itself is never dropped: its rejection is an
+  no longer sent. (Calls already built when the first rejection comes are built again
+  before they are sent, so with one request in flight the endpoint refuses once.) A parameter the spec sets itself is never dropped: its rejection is an
   error naming it (a spec's parameters win).
 * ``budgets``: raised token budgets of short-answer calls (judges, guards) whose answer
   came back empty, cut by the budget after reasoning: ``{"20": 320}``, bounded by
@@ -64,9 +65,13 @@ class Adaptation:
     def budget(self, asked: int) -> int:
         return self.budgets.get(str(asked), asked)
 
-    def raise_budget(self, asked: int) -> int | None:
-        """The next budget for calls that asked ``asked`` tokens, or None at the bound."""
+    def raise_budget(self, asked: int, sent: int) -> int | None:
+        """The budget to ask again with, for calls that asked ``asked`` tokens and were
+        sent with ``sent``: raised once past ``sent`` (another call may have raised it
+        already), or None at the bound."""
         current = self.budget(asked)
+        if current > sent:
+            return current
         if current >= MAX_BUDGET:
             return None
         self.budgets[str(asked)] = min(MAX_BUDGET, current * BUDGET_FACTOR)

@@ -28,6 +28,10 @@ MALFORMED_RETRIES = 2
 MAX_ADAPTATIONS = 8
 
 
+class _Stale(Exception):
+    """A call built before the endpoint was adapted to: build it again."""
+
+
 @dataclass
 class ModelSettings:
     """Per-process shared machinery for all roles."""
@@ -43,6 +47,7 @@ class ModelSettings:
     _http_clients: dict = field(default_factory=dict)  # one HTTP client per SDK, shared
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _adaptations: dict = field(default_factory=dict)  # endpoint JSON -> Adaptation
+    adapted_version: int = 0  # counts the changes learnt, so a waiting call can tell
 
     def adaptation(self, endpoint: dict) -> Adaptation:
         """What this run learnt about ``endpoint`` (adapt.py), read from the cache first."""
@@ -56,7 +61,11 @@ class ModelSettings:
     def learn(self, endpoint: dict, change) -> None:
         """Apply ``change(adaptation)`` to an endpoint's adaptation and keep it."""
         adaptation = self.adaptation(endpoint)
+        before = adaptation.to_dict()
         change(adaptation)
+        if adaptation.to_dict() == before:
+            return
+        self.adapted_version += 1
         if self.cache is not None:
             self.cache.put_adaptation(canonical_json(endpoint), adaptation.to_dict())
 
@@ -283,26 +292,34 @@ class Model:
         call fails for good.
         """
         counters = [c for c in (usage, self.settings.totals) if c is not None]
-        for _attempt in range(MAX_ADAPTATIONS + 1):
-            request = self.request(
+
+        def build() -> dict:
+            return self.request(
                 messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices,
                 adaptive_budget=adaptive_budget, **call_params,
             )
+
+        for _attempt in range(MAX_ADAPTATIONS + 1):
+            request = build()
             try:
-                response = await self._answer(request, choices, counters)
+                response = await self._answer(request, build, choices, counters)
+            except _Stale:
+                continue  # the endpoint was adapted to while this call waited: build it again
             except ParameterRejected as exc:
                 self._drop(exc)
                 continue
             except ConstraintRejected:
-                self.settings.learn(self.endpoint, lambda a: a.failed.append(request["constrain"]))
+                method = request["constrain"]
+                self.settings.learn(self.endpoint, lambda a: a.failed.append(method) if method not in a.failed else None)
                 continue
             if "constrain" in request and self.adaptation.constrain is None:
                 self.settings.learn(self.endpoint, lambda a: setattr(a, "constrain", request["constrain"]))
             if adaptive_budget and self._cut_while_reasoning(response, request):
                 asked = self._params(call_params).get("max_tokens")
                 if asked and "max_tokens" not in self.spec.params:
+                    sent = request["params"].get("max_tokens", asked)
                     raised: list = []
-                    self.settings.learn(self.endpoint, lambda a: raised.append(a.raise_budget(asked)))
+                    self.settings.learn(self.endpoint, lambda a: raised.append(a.raise_budget(asked, sent)))
                     if raised[0] is not None:
                         continue
             return response
@@ -321,8 +338,11 @@ class Model:
             )
         self.settings.learn(self.endpoint, lambda a: a.dropped.setdefault(exc.name, exc.reason))
 
-    async def _answer(self, request: dict, choices, counters) -> ChatResponse:
-        """The answer to ``request``: from the cache, the dry-run stand-in, or the endpoint."""
+    async def _answer(self, request: dict, build, choices, counters) -> ChatResponse:
+        """The answer to ``request``: from the cache, the dry-run stand-in, or the endpoint.
+        ``build`` makes the request afresh: when the endpoint was adapted to while this
+        call waited for its turn, the call is built again (_Stale) rather than sent as it
+        was."""
         cache = self.settings.cache
         key = cache_key(request) if (cache is not None or self.settings.dry_run) else None
         if cache is not None:
@@ -342,7 +362,10 @@ class Model:
             for counter in counters:
                 counter.add(self.role, repeated, response)
             return response
+        version = self.settings.adapted_version
         async with self.settings.semaphore:
+            if self.settings.adapted_version != version and build() != request:
+                raise _Stale()
             response = await self._call(request)
         if cache is not None:
             cache.put(key, self.role, request, response.to_dict())

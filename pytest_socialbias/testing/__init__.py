@@ -48,10 +48,12 @@ keys) into their environment.  To run a standalone server, e.g. for a whole
 
 from __future__ import annotations
 
+from .behaviours import ReasoningModel
 from .server import FAULT_KINDS, FakeRequest, FakeServer, Fault, Reply, Script, ScriptResult
 
 __all__ = [
     "FAULT_KINDS",
+    "ReasoningModel",
     "FakeRequest",
     "FakeServer",
     "Fault",

@@ -158,6 +158,12 @@ class Reply:
             such as ``b"caf\\xe9"``, which no ``str`` can carry.  ``text`` still
             drives usage and logprobs.  The bytes must not contain ``"``, ``\\``
             or bytes below 0x20, which would end or break the JSON string.
+        reasoning: The model's thinking, sent apart from the text: OpenAI's
+            ``message.reasoning_content`` (as vLLM and DeepSeek send it), or an
+            Anthropic ``thinking`` block before the text.  (Thinking inline in
+            the text is just text: ``"<think>...</think>answer"``.)
+        reasoning_tokens: ``usage.completion_tokens_details.reasoning_tokens``
+            (OpenAI); None leaves the field out.
     """
 
     text: str
@@ -167,6 +173,8 @@ class Reply:
     latency: float | None = None
     logprobs: list[LogprobEntry] | None = None
     raw_text_bytes: bytes | None = None
+    reasoning: str | None = None
+    reasoning_tokens: int | None = None
 
     def __post_init__(self) -> None:
         raw = self.raw_text_bytes
@@ -194,13 +202,19 @@ class Fault:
 
     ``status`` overrides the HTTP status of the error kinds; ``retry_after``
     (seconds, may be fractional) adds ``Retry-After``/``retry-after-ms``
-    headers to any error response.
+    headers to any error response.  ``message``, ``param`` and ``code`` fill the
+    OpenAI error body (``{"error": {"message", "type", "param", "code"}}``), e.g.
+    a reasoning model's ``Fault("bad_request", param="temperature",
+    code="unsupported_value", message="...")``.
     """
 
     kind: str
     status: int | None = None
     retry_after: float | None = None
     delay: float | None = None
+    message: str | None = None
+    param: str | None = None
+    code: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
@@ -302,7 +316,9 @@ _FAULT_ERROR_TYPES = {
 }
 
 
-def _error_body(api: str, status: int, message: str, error_type: str | None = None) -> bytes:
+def _error_body(
+    api: str, status: int, message: str, error_type: str | None = None, param: str | None = None, code: str | None = None
+) -> bytes:
     """An error body in the format of ``api``; the type defaults from ``status``."""
     if api == "anthropic":
         etype = error_type or _ANTHROPIC_ERROR_TYPES.get(
@@ -312,7 +328,7 @@ def _error_body(api: str, status: int, message: str, error_type: str | None = No
     etype = error_type or _OPENAI_ERROR_TYPES.get(
         status, "server_error" if status >= 500 else "invalid_request_error"
     )
-    return _dumps({"error": {"message": message, "type": etype, "param": None, "code": etype}})
+    return _dumps({"error": {"message": message, "type": etype, "param": param, "code": code or etype}})
 
 
 def _logprob_obj(token: str, logprob: float) -> dict[str, Any]:
@@ -373,7 +389,10 @@ def _success_body(req: FakeRequest, reply: Reply, empty: bool = False) -> bytes:
                 "type": "message",
                 "role": "assistant",
                 "model": model,
-                "content": [] if empty else [{"type": "text", "text": text}],
+                "content": [] if empty else (
+                    ([{"type": "thinking", "thinking": reply.reasoning, "signature": "fake"}] if reply.reasoning else [])
+                    + [{"type": "text", "text": text}]
+                ),
                 "stop_reason": stop,
                 "stop_sequence": None,
                 "usage": {"input_tokens": prompt, "output_tokens": completion},
@@ -386,7 +405,10 @@ def _success_body(req: FakeRequest, reply: Reply, empty: bool = False) -> bytes:
             choices.append(
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "message": {
+                        "role": "assistant", "content": text, "refusal": None,
+                        **({"reasoning_content": reply.reasoning} if reply.reasoning else {}),
+                    },
                     "finish_reason": finish,
                     "logprobs": _openai_logprobs(reply, req),
                 }
@@ -402,6 +424,8 @@ def _success_body(req: FakeRequest, reply: Reply, empty: bool = False) -> bytes:
                     "prompt_tokens": prompt,
                     "completion_tokens": completion,
                     "total_tokens": prompt + completion,
+                    **({"completion_tokens_details": {"reasoning_tokens": reply.reasoning_tokens}}
+                       if reply.reasoning_tokens is not None else {}),
                 },
             }
         )
@@ -926,7 +950,10 @@ class FakeServer:
         if fault.status is not None:
             status = fault.status
         openai_type, anthropic_type = _FAULT_ERROR_TYPES[kind]
-        body = _error_body(api, status, message, openai_type if api == "openai" else anthropic_type)
+        body = _error_body(
+            api, status, fault.message or message, openai_type if api == "openai" else anthropic_type,
+            param=fault.param, code=fault.code,
+        )
         headers: list[tuple[str, str]] = []
         if fault.retry_after is not None:
             headers.append(("Retry-After", _format_seconds(fault.retry_after)))
