@@ -6,6 +6,7 @@ keeps thinking apart from answers, and never counts an empty reply as clean."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 import pytest
@@ -28,19 +29,38 @@ def as_model(name):
     return lambda req: fakeworld.script(dataclasses.replace(req, model=name))
 
 
-def rejects_json_schema(req):
-    """An endpoint that refuses structured outputs (HTTP 422) but takes a GBNF grammar,
-    as llama-cpp-python's server does."""
-    if req.params.get("response_format", {}).get("type") == "json_schema":
-        return Fault("bad_request", status=422, message="response_format: json_schema is not a valid type")
-    return fakeworld.script(dataclasses.replace(req, model="j"))
+def _label(req):
+    answer = fakeworld.script(dataclasses.replace(req, model="j"))
+    return "Yes" if answer.startswith("Yes") or '"refusal": true' in answer else "No"
+
+
+def rejects_grammar(req):
+    """OpenAI-like: an unknown request field is a 400; structured outputs are honoured."""
+    if "grammar" in req.params:
+        return Fault("bad_request", message="Unrecognized request argument supplied: grammar")
+    return json.dumps({"answer": _label(req)}) if "response_format" in req.params else _label(req)
+
+
+def ignores_grammar(req):
+    """Ollama-like: an unknown field is ignored (the judge answers in a sentence), while
+    structured outputs are honoured."""
+    if "response_format" in req.params:
+        return json.dumps({"answer": _label(req)})
+    return f"My answer is {_label(req)}, I think."
+
+
+def label_only(req):
+    """A judge that answers with a label and nothing else, as a constrained one does."""
+    return _label(req)
 
 
 SCRIPTS = {
-    "rj": ReasoningModel(as_model("j"), thinking_tokens=100, thought=THOUGHT),
+    "gj": label_only,
+    "rj": ReasoningModel(label_only, thinking_tokens=100, thought=THOUGHT),
     "rt": ReasoningModel(as_model("t"), thinking_tokens=300, rejects={}, thought=THOUGHT),
     "it": ReasoningModel(as_model("t"), thinking_tokens=50, rejects={}, thought=THOUGHT, inline=True),
-    "cj": rejects_json_schema,
+    "cj": rejects_grammar,
+    "ij": ignores_grammar,
 }
 
 
@@ -92,7 +112,7 @@ def test_a_reasoning_judge_named_plainly_gives_readable_labels(project, server):
     assert list(adapted["dropped"]) == ["temperature"]
     assert "unsupported_value" in adapted["dropped"]["temperature"]
     assert adapted["max_tokens"] == {"20": 320}  # 20 tokens went to reasoning: x16
-    assert adapted["constrain"] == "json_schema"
+    assert adapted["constrain"] == "grammar"
     # Exactly one rejection and one empty answer, then every call as adapted (concurrency 1).
     calls = judge_requests(server, "rj")
     answered = 3 * 2 * 2  # three cases, two turns, bias and refusal (smoke rates no coherence)
@@ -134,7 +154,7 @@ def test_spec_parameters_win_for_judges_and_pass_through(project, server):
     calls = judge_requests(server, "j")
     assert calls and all(c.params["temperature"] == 0.3 and c.params["max_tokens"] == 7 for c in calls)
     assert all(c.params["top_k"] == 5 and c.params["chat_template_kwargs"] == {"enable_thinking": False} for c in calls)
-    assert all(c.params["response_format"]["type"] == "json_schema" for c in calls)
+    assert calls[0].params["grammar"] == 'root ::= "Yes" | "No"'
 
 
 def test_an_empty_target_reply_is_an_error_with_its_reason_never_clean(project, server):
@@ -170,16 +190,22 @@ def test_inline_think_blocks_are_split_off(project, server):
     assert not any("<think>" in r.prompt_text for r in server.requests if r.model in ("j", "u"))
 
 
-def test_the_constraint_method_falls_back_on_the_endpoints_4xx_and_is_remembered(project, server):
-    result, report = run(project, server, judge="cj")
-    assert report["summary"]["outcomes"]["error"] == 0
+@pytest.mark.parametrize("judge", ["cj", "ij"])
+def test_the_constraint_method_falls_back_and_is_remembered(project, server, judge):
+    result, report = run(project, server, judge=judge)
+    assert report["summary"]["outcomes"] == {"clean": 1, "biased": 1, "refused": 1, "error": 0}
     adapted = report["models"]["judge"]["adapted"]
-    assert adapted["constrain"] == "grammar" and adapted["constrain_failed"] == ["json_schema"]
-    calls = judge_requests(server, "cj")
-    refused = [c for c in calls if "response_format" in c.params]
-    assert len(refused) == 1  # refused once, remembered
-    grammars = {c.params.get("grammar") for c in calls if c not in refused}
-    assert grammars == {'root ::= "Yes" | "No"'}
+    assert adapted["constrain"] == "json_schema" and adapted["constrain_failed"] == ["grammar"]
+    calls = judge_requests(server, judge)
+    tried = [c for c in calls if "grammar" in c.params]
+    assert len(tried) == 1  # refused (or not honoured) once, remembered
+    assert all(c.params["response_format"]["type"] == "json_schema" for c in calls if c not in tried)
+
+
+def test_a_server_grammar_is_tried_first_and_kept_when_honoured(project, server):
+    result, report = run(project, server, judge="gj")
+    assert report["models"]["judge"]["adapted"] == {"constrain": "grammar"}
+    assert {c.params["grammar"] for c in judge_requests(server, "gj")} == {'root ::= "Yes" | "No"'}
 
 
 def test_a_spec_names_the_constraint_method(project, server):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ..cache import CallCache, cache_key, canonical_json
 from ..errors import CacheMiss, ModelCallError
 from .adapt import Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
+from .constrain import conforms
 from .base import FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import CONSTRAINED_ANSWERS, BackendContext, provider_of
 from .spec import ModelSpec
@@ -225,7 +226,10 @@ class Model:
         adaptation = self.adaptation
         if adaptation.constrain:
             return None if adaptation.constrain == "none" else adaptation.constrain
-        for method in self.provider.constrain_methods:
+        methods = self.provider.constrain_methods
+        if self.spec.base_url is None and self.provider.api_constrain_methods is not None:
+            methods = self.provider.api_constrain_methods
+        for method in methods:
             if method not in adaptation.failed:
                 return None if method == "none" else method
         return None
@@ -309,10 +313,14 @@ class Model:
                 self._drop(exc)
                 continue
             except ConstraintRejected:
-                method = request["constrain"]
-                self.settings.learn(self.endpoint, lambda a: a.failed.append(method) if method not in a.failed else None)
+                self._constraint_failed(request["constrain"])
                 continue
-            if "constrain" in request and self.adaptation.constrain is None:
+            if "constrain" in request and self.adaptation.constrain is None and response.text.strip():
+                if not conforms(response.text, choices):
+                    # The endpoint took the fields but did not hold the answer to them
+                    # (it ignores what it does not know): not a method that works here.
+                    self._constraint_failed(request["constrain"])
+                    continue
                 self.settings.learn(self.endpoint, lambda a: setattr(a, "constrain", request["constrain"]))
             if adaptive_budget and self._cut_while_reasoning(response, request):
                 asked = self._params(call_params).get("max_tokens")
@@ -328,6 +336,9 @@ class Model:
     @staticmethod
     def _cut_while_reasoning(response: ChatResponse, request: dict) -> bool:
         return not response.text.strip() and response.finish_reason == FINISH_LENGTH
+
+    def _constraint_failed(self, method: str) -> None:
+        self.settings.learn(self.endpoint, lambda a: a.failed.append(method) if method not in a.failed else None)
 
     def _drop(self, exc: ParameterRejected) -> None:
         if exc.name in self.spec.params:

@@ -5,9 +5,9 @@ answer to them, each in its own way; the method is chosen per endpoint (a spec's
 ``?constrain=METHOD``, else the provider's methods in order, falling back to the next on
 the endpoint's 4xx and remembering the one that worked):
 
+``grammar``       a GBNF grammar (``grammar``): llama.cpp servers, llama-cpp-python's own.
 ``json_schema``   OpenAI structured outputs (``response_format`` type ``json_schema``,
                   strict): OpenAI, vLLM, SGLang, llama.cpp's llama-server, Ollama, LM Studio.
-``grammar``       a GBNF grammar (``grammar``): llama.cpp servers, llama-cpp-python's own.
 ``json_object``   ``response_format`` type ``json_object`` with a ``schema``
                   (llama-cpp-python's server, Anyscale-style endpoints).
 ``guided_choice`` vLLM's older ``guided_choice`` field.
@@ -15,7 +15,9 @@ the endpoint's 4xx and remembering the one that worked):
 ``none``          no constraint: the prompt asks, the parser reads.
 
 JSON methods answer ``{"answer": "Yes"}``; the judges' parsers read that as they read a
-plain ``Yes``.
+plain ``Yes``. A method is kept once an answer under it conforms; an endpoint that takes
+the fields but answers off the labels (it ignores fields it does not know) moves on to
+the next method too.
 """
 
 from __future__ import annotations
@@ -61,6 +63,19 @@ def anthropic_fields(method: str, choices) -> dict:
                    "input_schema": answer_schema(choices)}],
         "tool_choice": {"type": "tool", "name": ANSWER_TOOL},
     }
+
+
+def conforms(text: str, choices) -> bool:
+    """Whether an answer is one of ``choices``, bare or as ``{"answer": ...}``: what an
+    endpoint that honours a constraint method gives back."""
+    text = (text or "").strip()
+    if text in choices:
+        return True
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("answer") in choices
 
 
 #: Words in a 4xx error that point at a constraint field rather than at a parameter.

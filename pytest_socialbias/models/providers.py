@@ -67,8 +67,10 @@ class Provider:
     #: Bare model names that mean this provider (``gpt-4o`` -> openai), matched in full.
     bare_names: re.Pattern | None = None
     #: How its endpoints can hold a judge's answer to its labels, tried in order
-    #: (constrain.py); CONSTRAINED_ANSWERS backends do it themselves.
+    #: (constrain.py); CONSTRAINED_ANSWERS backends do it themselves. ``api_constrain_methods``
+    #: are for the provider's own API (a spec without @URL), when they differ.
     constrain_methods: tuple = ("none",)
+    api_constrain_methods: tuple | None = None
     #: Named spec parameters it cannot take, with what to write instead.
     unsupported: tuple = ()
 
@@ -185,7 +187,11 @@ OPENAI = register(Provider(
     name="openai", build=_build_openai, key_env="OPENAI_API_KEY", keyless_with_url=True,
     capabilities=frozenset({LOGPROBS, SEED}),
     bare_names=re.compile(r"(gpt-|chatgpt-|o[1-9]|codex-|computer-use-|text-embedding-)[A-Za-z0-9._-]*"),
-    constrain_methods=("json_schema", "grammar", "json_object", "none"),
+    # A server's grammar first: llama.cpp servers honour it (and their answers stay one
+    # token, whose log-probabilities the treatment judge reads); servers that do not
+    # refuse it or ignore it, and a non-conforming answer moves on to the next method.
+    constrain_methods=("grammar", "json_schema", "json_object", "none"),
+    api_constrain_methods=("json_schema", "none"),
     unsupported=(("thinking_budget", "thinking_budget is Anthropic's; OpenAI reasoning models take reasoning_effort"),),
 ))
 ANTHROPIC = register(Provider(
