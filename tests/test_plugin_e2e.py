@@ -199,7 +199,14 @@ def test_unreadable_judge_answer_is_a_judge_error_not_a_label(pytester, keys, se
 
     pytester.makefile(".yaml", demo=suite_yaml(CASES[:1]))
     with FakeServer(script) as srv:
-        result, report = run(pytester, srv)
+        # No constraint method to find (an off-label answer under an untried method moves on
+        # to the next one, see test_reasoning_models): the judge's own retry alone.
+        url = srv.openai_base_url
+        result = pytester.runpytest(
+            "demo.yaml", f"--target=openai:t@{url}", f"--judge=openai:j@{url}?constrain=none",
+            f"--user-model=openai:u@{url}", "--socialbias-report=r.json", "-p", "no:cacheprovider",
+        )
+        report = read_report(pytester.path / "r.json")
         bias_calls = [r for r in srv.requests if r.model == "j" and "label a single reply" in fakeworld.system_text(r)]
     assert len(bias_calls) == 2  # the first answer and exactly one retry
     case = report["cases"][0]
