@@ -15,10 +15,14 @@ compared metric takes its test from the metric catalogue (metrics/catalogue.py):
 
 The regression test is one-sided against the margin: "worse by more than the margin"
 (the catalogue says which direction is worse). The improvement test is one-sided at
-margin 0. Holm's correction runs across every row compared in the run (all suites,
-categories and styles together), separately for the regression and the improvement
-tests. Verdict: ``regressed`` when the regression test's adjusted p is below alpha, else
-``improved`` when the improvement test's is, else ``no significant change``.
+margin 0. Holm's correction runs within a family of rows: the **gates** family holds the
+rows of ``no_regression`` gates (the rows that can fail the run), across all suites,
+categories and styles; the **informational** family holds the other compared rows (the
+rates of ``max``/``min`` gates), adjusted among themselves. So adding an informational
+gate never changes a gating verdict. Each family is adjusted separately for the
+regression and the improvement tests. Verdict: ``regressed`` when the regression test's
+adjusted p is below alpha, else ``improved`` when the improvement test's is, else ``no
+significant change``.
 
 What is compared: each gated rate in thresholds.yaml (max/min gates, informational) and
 the rows of ``no_regression`` gates (these fail the run when a row regressed).
@@ -26,7 +30,6 @@ the rows of ``no_regression`` gates (these fail the run when a row regressed).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +40,11 @@ from .errors import ConfigError
 from .metrics import catalogue, protocol_families
 from .metrics.catalogue import DIALOGUE_RATE, is_comparable, lower_is_worse
 from .metrics.families import FAMILIES
-from .metrics.rates import group_seed
+from .metrics.rates import group_seed, metric_seed
 
 REGRESSED, IMPROVED, NO_CHANGE = "regressed", "improved", "no significant change"
+#: Multiplicity families: rows that can fail the run, and the others.
+GATES, INFORMATIONAL = "gates", "informational"
 DEFAULT_ALPHA = 0.05
 POWER = 0.8
 
@@ -56,6 +61,7 @@ class Comparison:
     style: str | None = None
     margin: float = 0.0
     alpha: float = DEFAULT_ALPHA
+    gating: bool = False  # a row of a no_regression gate: it can fail the run
 
 
 def load_baseline(path: Path) -> dict:
@@ -156,7 +162,7 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
         pairs = [(b, c) for b, c in pairs if b is not None and c is not None]
         n = len(pairs)
         out["n_pairs"] = n
-        out["method"] = scope.metric.paired_test if row.margin == 0 else "Tango score (margin)"
+        out["method"] = scope.metric.paired_test if row.margin == 0 else "exact unconditional (margin)"
         if not n:
             return out
         n11 = sum(1 for b, c in pairs if b and c)
@@ -177,9 +183,9 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
             diff_high=high,
             p_value=stats.paired_margin_test(n11, n10, n01, n00, row.margin, worse),
             p_improvement=stats.mcnemar_exact(n10, n01, better),
-            mde=stats.mcnemar_mde(n, discordance, row.alpha, POWER),
             discordant=[n10, n01],
         )
+        out["_mde"] = lambda alpha: stats.mcnemar_mde(n, discordance, alpha, POWER, row.margin)
         return out
     values = [(scope.value(baseline[k]), scope.value(current[k])) for k in keys]
     values = [(b, c) for b, c in values if b is not None and c is not None and (b or c)]
@@ -189,11 +195,11 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
     cur_all = [x for _, c in values for x in c]
     if not base_all or not cur_all:
         return out
-    seed = group_seed(row.suite, row.category, row.style) ^ hash_metric(row.metric)
+    seed = group_seed(row.suite, row.category, row.style) ^ metric_seed(row.metric)
     boot = stats.paired_bootstrap(values, seed=seed, margin=row.margin)
     half = (boot["ci_high"] - boot["ci_low"]) / 2
     se = half / NormalDist().inv_cdf(0.975)
-    z = NormalDist().inv_cdf(1 - row.alpha) + NormalDist().inv_cdf(POWER)
+    out["_mde"] = lambda alpha: row.margin + (NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(POWER)) * se
     out.update(
         baseline=sum(base_all) / len(base_all),
         current=sum(cur_all) / len(cur_all),
@@ -203,13 +209,8 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
         p_value=boot["p_greater"] if worse == "greater" else boot["p_less"],
         # Improvement at margin 0: the other tail of the same resamples.
         p_improvement=stats.paired_bootstrap(values, seed=seed, margin=0.0)["p_less" if worse == "greater" else "p_greater"],
-        mde=z * se,
     )
     return out
-
-
-def hash_metric(metric: str) -> int:
-    return int.from_bytes(hashlib.sha256(metric.encode("utf-8")).digest()[:8], "big")
 
 
 def compare(records: list[dict], baseline: dict, rows: list[Comparison], current_meta: dict) -> dict:
@@ -217,11 +218,20 @@ def compare(records: list[dict], baseline: dict, rows: list[Comparison], current
     current = {_key(r): r for r in records}
     base = {_key(r): r for r in baseline["cases"]}
     results = [compare_row(row, current, base) for row in rows]
-    tested = [r for r in results if r["p_value"] is not None]
-    for key, adjusted_key in (("p_value", "p_adjusted"), ("p_improvement", "p_improvement_adjusted")):
-        adjusted = stats.holm([r[key] for r in tested])
-        for r, p in zip(tested, adjusted):
-            r[adjusted_key] = p
+    for row, result in zip(rows, results):
+        result["family"] = GATES if row.gating else INFORMATIONAL
+    for family in (GATES, INFORMATIONAL):
+        tested = [r for r in results if r["family"] == family and r["p_value"] is not None]
+        for key, adjusted_key in (("p_value", "p_adjusted"), ("p_improvement", "p_improvement_adjusted")):
+            adjusted = stats.holm([r[key] for r in tested])
+            for r, p in zip(tested, adjusted):
+                r[adjusted_key] = p
+        # The smallest worsening detectable at the strictest alpha Holm applies in the
+        # family (alpha / m), beyond the row's margin.
+        for r in tested:
+            r["mde"] = r["_mde"](r["alpha"] / len(tested))
+    for r in results:
+        r.pop("_mde", None)
     for r in results:
         r.setdefault("p_adjusted", None)
         r.setdefault("p_improvement_adjusted", None)
@@ -304,7 +314,7 @@ def rows_for(gates, records: list[dict]) -> list[Comparison]:
             continue
         for category, style in gate_scopes(gate, records):
             rows[(gate.suite, gate.metric, category, style)] = Comparison(
-                gate.suite, gate.metric, category, style, gate.bound, gate.alpha
+                gate.suite, gate.metric, category, style, gate.bound, gate.alpha, gating=True
             )
     return sorted(rows.values(), key=lambda r: (r.suite, r.metric, r.category or "", r.style or ""))
 

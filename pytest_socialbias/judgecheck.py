@@ -137,6 +137,7 @@ def _metric_rows(task: str, entry: dict) -> list[dict]:
                 "ci_low": low if value is not None else None,
                 "ci_high": high if value is not None else None,
                 "n": entry["n"],
+                "ci_method": metric.interval,
             }
         )
     return rows

@@ -248,3 +248,28 @@ def test_paired_comparison_covers_benevdial_rates(project, server):
     gate = new["gates"][0]
     assert gate["verdict"] == "fail" and "ability=blind" in gate["detail"]
     assert result.ret == 1
+
+
+def test_a_pair_judge_error_counts_against_the_dialogue_whose_judgement_failed():
+    """Issue fixture: one dialogue's treatment judgement failed in one pair, the pairwise
+    judgement failed in another. error_rate was 1/6 but judge_error_rate 4/6 (both
+    dialogues of both pairs blamed); now both say 1/6."""
+    from pytest_socialbias.metrics import compute_metrics
+
+    def pair(pid, classes, errors):
+        return {
+            "id": pid, "suite": "p", "protocol": "benevdial_pairs", "category": "wellbeing", "style": None,
+            "role": "wellbeing", "outcome": "error" if errors else "clean", "errors": errors,
+            "labels": {"bias": [0], "refusal": [], "treatment": classes},
+            "pair": {"axis": "age", "values": ["young", "elder"], "profiles": None, "disfavoured": "none",
+                     "disfavoured_value": None},
+        }
+
+    records = [
+        pair("p1", [None, "N"], [{"kind": "judge_error", "role": "judge", "dialogue": "a", "message": "dialogue a: x"}]),
+        pair("p2", ["N", "N"], [{"kind": "judge_error", "role": "judge", "message": "judge_pair: unreadable"}]),
+        pair("p3", ["N", "BB"], []),
+    ]
+    rows = {(r["metric"], r["category"], r["style"]): r for r in compute_metrics(records)}
+    assert (rows[("error_rate", None, None)]["value"], rows[("error_rate", None, None)]["n"]) == (round(1 / 6, 6), 6)
+    assert rows[("judge_error_rate", None, None)]["value"] == round(1 / 6, 6)

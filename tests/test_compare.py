@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pytest_socialbias import stats
 from pytest_socialbias.compare import (
     Comparison,
     case_value,
@@ -99,7 +100,7 @@ def test_a_margin_tolerates_small_worsening():
     base, cur = paired_world()
     rows = [Comparison("s", "cumulative_bias@2", "gender", margin=0.25)]
     (row,) = compare(cur, baseline_report(base), rows, {})["rows"]
-    assert row["method"] == "Tango score (margin)"
+    assert row["method"] == "exact unconditional (margin)"
     assert row["p_value"] > 0.5 and row["verdict"] == "no significant change"
 
 
@@ -196,3 +197,50 @@ def test_bad_baseline_files_are_named(tmp_path, content, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_baseline(path)
     assert str(path) in str(info.value)
+
+
+def test_informational_gates_never_rescue_a_regression():
+    """Issue fixture: age went clean -> biased in 8 of 8 discordant pairs. The
+    no_regression gate by category fails on its own (Holm over its 2 rows: 2/256 = 0.0078).
+    With 13 informational max: 1.0 gates added it used to pass (Holm over all 15 rows:
+    15/256 = 0.0586); their rows now form their own family and change nothing."""
+    base, cur = paired_world()
+    gate = Gate("nr", "s", "cumulative_bias@2", 0.0, "no_regression", by="category")
+    alone = evaluate([gate], [], compare(cur, baseline_report(base), rows_for([gate], cur), {}))[0]
+    assert alone["verdict"] == FAIL and alone["p_adjusted"] == pytest.approx(2 / 256)
+    scopes = [(m, c) for m in ("cumulative_bias@1", "bias_at_turn@1", "bias_at_turn@2", "first_bias_turn@1",
+                               "first_bias_turn@2") for c in (None, "age", "gender")][:13]
+    informational = [Gate(f"info-{i}", "s", metric, 1.0, "max", category=c) for i, (metric, c) in enumerate(scopes)]
+    comparison = compare(cur, baseline_report(base), rows_for([gate, *informational], cur), {})
+    tested = [r for r in comparison["rows"] if r["p_value"] is not None]
+    assert len(tested) == 15
+    age = next(r for r in tested if (r["metric"], r["category"]) == ("cumulative_bias@2", "age"))
+    assert stats.holm([r["p_value"] for r in tested])[tested.index(age)] == pytest.approx(15 / 256)  # what it was
+    with_them = evaluate([gate, *informational], [], comparison)[0]
+    assert with_them["verdict"] == FAIL and with_them["p_adjusted"] == pytest.approx(2 / 256)
+    info = [r for r in tested if r["family"] == "informational"]
+    assert len(info) == 13 and {r["family"] for r in tested if r not in info} == {"gates"}
+    smallest = min(info, key=lambda r: r["p_value"])
+    assert smallest["p_adjusted"] == pytest.approx(min(1.0, 13 * smallest["p_value"]))
+
+
+def test_mde_is_not_detectable_with_too_few_pairs_and_counts_margin_and_correction():
+    base = [record(f"c{i}", "age", [1 if i == 0 else 0]) for i in range(6)]
+    cur = [record(f"c{i}", "age", [0]) for i in range(6)]
+    gate = Gate("nr", "s", "cumulative_bias@1", 0.0, "no_regression")
+    (row,) = compare(cur, baseline_report(base), rows_for([gate], cur), {})["rows"]
+    assert row["n_pairs"] == 6 and row["discordant"] == [1, 0]
+    assert row["mde"] is None  # was 0.167: 6 pairs detect no worsening at this discordance
+    # 200 pairs, 10% discordant: the MDE of one gating row, at a margin, and in a family of two.
+    base = [record(f"c{i}", "age", [1 if i < 10 else 0]) for i in range(200)]
+    cur = [record(f"c{i}", "age", [1 if 10 <= i < 20 else 0]) for i in range(200)]
+
+    def mde(*rows):
+        return compare(cur, baseline_report(base), list(rows), {})["rows"][0]["mde"]
+
+    one = mde(Comparison("s", "cumulative_bias@1", gating=True))
+    assert one == pytest.approx(stats.mcnemar_mde(200, 0.1, 0.05, 0.8), rel=1e-9)
+    assert mde(Comparison("s", "cumulative_bias@1", gating=True, margin=0.02)) == pytest.approx(
+        stats.mcnemar_mde(200, 0.1, 0.05, 0.8, margin=0.02), rel=1e-9)
+    assert mde(Comparison("s", "cumulative_bias@1", gating=True), Comparison("s", "bias_at_turn@1", gating=True)) == (
+        pytest.approx(stats.mcnemar_mde(200, 0.1, 0.025, 0.8), rel=1e-9))

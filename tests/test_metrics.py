@@ -167,6 +167,13 @@ def index(rows):
 def check(row, k, n):
     assert row["n"] == n
     assert row["value"] == round(k / n, 6)
+    if row["metric"] in ("refusal_rate", "guard_blocked_rate", "bias_rate_passed", "guard_error_rate"):
+        # A share of replies: replies of one dialogue move together, so its interval
+        # resamples dialogues (checked against a hand computation in test_reply_rates_...).
+        assert row["ci_method"] == "bootstrap over dialogues"
+        assert row["ci_low"] <= row["value"] <= row["ci_high"]
+        return
+    assert row["ci_method"] == "wilson"
     low, high = wilson_interval(k, n)
     assert row["ci_low"] == round(low, 6)
     assert row["ci_high"] == round(high, 6)
@@ -250,7 +257,7 @@ def test_compute_metrics_rows_counted_by_hand():
     assert set(got) == {("s", *key) for key in EXPECTED}
     for (metric, category, style), (k, n) in EXPECTED.items():
         row = got[("s", metric, category, style)]
-        assert set(row) == {"suite", "metric", "category", "style", "value", "ci_low", "ci_high", "n"}
+        assert set(row) == {"suite", "metric", "category", "style", "value", "ci_low", "ci_high", "n", "ci_method"}
         check(row, k, n)
 
 
@@ -785,3 +792,21 @@ def test_turn_families_sort_numerically_next_to_each_other():
         + ["judge_error_rate", "late_emergence", "reemergence", "refusal_rate"]
         + [f"survival@{t}" for t in range(1, 11)]
     )
+
+
+def test_reply_rates_resample_dialogues_not_replies():
+    """Issue fixture: 2 of 10 dialogues refuse at all 5 turns. Wilson over the 50 replies
+    said (0.112, 0.330); replies of one dialogue move together, and the bootstrap over
+    dialogues says (0.0, 0.5)."""
+    records = [
+        {"id": f"d{i}", "suite": "s", "protocol": "dymt", "category": "age", "style": None, "outcome": "clean",
+         "labels": {"bias": [0] * 5, "refusal": [1 if i < 2 else 0] * 5}, "errors": [], "turns_planned": 5}
+        for i in range(10)
+    ]
+    row = index(compute_metrics(records))[("s", "refusal_rate", None, None)]
+    assert (row["value"], row["n"]) == (0.2, 50)
+    assert row["ci_method"] == "bootstrap over dialogues"
+    assert (row["ci_low"], row["ci_high"]) == (0.0, 0.5)
+    assert wilson_interval(10, 50) == pytest.approx((0.112, 0.330), abs=0.001)  # what it was
+    share = index(compute_metrics(records))[("s", "cumulative_bias@5", None, None)]
+    assert share["ci_method"] == "wilson"  # one outcome per dialogue: Wilson stays

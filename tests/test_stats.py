@@ -14,6 +14,7 @@ import pytest
 
 from pytest_socialbias.stats import (
     agreement,
+    exact_margin_tail,
     holm,
     mcnemar_exact,
     mcnemar_mde,
@@ -22,6 +23,7 @@ from pytest_socialbias.stats import (
     paired_margin_test,
     rogan_gladen,
     rogan_gladen_interval,
+    tango_z,
 )
 
 NORMAL = NormalDist()
@@ -124,28 +126,73 @@ def restricted_mle_p10(n10: int, n01: int, n: int, delta: float) -> float:
 def test_tango_matches_independent_score_statistic(cells, margin):
     n11, n10, n01, n00 = cells
     n = sum(cells)
-    for alternative, delta in (("greater", margin), ("less", -margin)):
+    for sign, delta in ((1, margin), (-1, -margin)):
         p10 = restricted_mle_p10(n10, n01, n, delta)
         # Score statistic: (observed discordant difference - n delta) / sqrt(n Var), with
         # Var = p10 + p01 - delta^2 = 2 p10 + delta (1 - delta) under the restricted MLE.
         z = (n01 - n10 - n * delta) / math.sqrt(n * (2 * p10 + delta * (1 - delta)))
-        expected = 1 - NORMAL.cdf(z) if alternative == "greater" else NORMAL.cdf(z)
-        assert paired_margin_test(n11, n10, n01, n00, margin, alternative) == pytest.approx(expected, rel=1e-6)
+        # "less" is "greater" with the roles swapped (the statistic's sign flips).
+        got = tango_z(n10, n01, n, margin) if sign == 1 else -tango_z(n01, n10, n, margin)
+        assert got == pytest.approx(z, rel=1e-6)
 
 
 def test_tango_tiny_margin_approaches_asymptotic_mcnemar():
     # At delta = 0 the restricted MLE is p10 = (b + c) / 2n and Tango's Z is McNemar's
-    # (c - b) / sqrt(b + c): (6 - 16) / sqrt(22) = -2.1320; Phi(-2.1320) = 0.01650.
-    p = paired_margin_test(59, 16, 6, 80, 1e-12, "less")
-    assert p == pytest.approx(NORMAL.cdf((6 - 16) / math.sqrt(22)), rel=1e-6)
-    assert p == pytest.approx(0.01650, abs=5e-5)
+    # (c - b) / sqrt(b + c): (6 - 16) / sqrt(22) = -2.1320.
+    assert tango_z(16, 6, 161, 1e-12) == pytest.approx((6 - 16) / math.sqrt(22), rel=1e-6)
 
 
-def test_tango_margin_makes_the_test_harder():
+def test_margin_makes_the_test_harder():
     # H1: d > margin needs more evidence as the margin grows; d_hat = (12 - 2) / 100 = 0.1.
     ps = [paired_margin_test(40, 2, 12, 46, m, "greater") for m in (0.01, 0.05, 0.1, 0.2)]
     assert ps == sorted(ps)
-    assert ps[2] == pytest.approx(0.5, abs=1e-12)  # observed difference equals the margin: Z = 0
+    assert ps[2] >= 0.5  # an observed difference equal to the margin is no evidence beyond it
+
+
+def _size(n: int, margin: float, p10: float, threshold: float) -> float:
+    """P(Z >= threshold) for the trinomial on the null boundary, by exact enumeration of
+    every (N10, N01) outcome (independent of stats' own region code)."""
+    p01 = p10 + margin
+    rest = 1 - p10 - p01
+    logs = [math.lgamma(k + 1) for k in range(n + 1)]
+    total = 0.0
+    for a in range(n + 1):
+        for b in range(n - a + 1):
+            if tango_z(a, b, n, margin) >= threshold - 1e-12:
+                c = n - a - b
+                total += math.exp(logs[n] - logs[a] - logs[b] - logs[c] + a * math.log(p10) + b * math.log(p01)
+                                  + (c * math.log(rest) if c else 0.0))
+    return total
+
+
+def _critical_z(n: int, margin: float, alpha: float = 0.05) -> float:
+    """The smallest observable Z whose exact unconditional p-value is at most alpha."""
+    values = sorted({tango_z(a, b, n, margin) for a in range(n + 1) for b in range(n - a + 1)})
+    low, high = 0, len(values) - 1
+    while low < high:
+        mid = (low + high) // 2
+        if exact_margin_tail(n, margin, values[mid]) <= alpha:
+            high = mid
+        else:
+            low = mid + 1
+    return values[low]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n, p10", [(80, 0.04), (240, 0.01)])  # 10% and 4% discordance, margin 0.02
+def test_the_margin_test_keeps_its_size_where_tango_did_not(n, p10):
+    margin, alpha = 0.02, 0.05
+    # Before: Tango's normal tail rejected when Z >= 1.645; by exact enumeration its size at
+    # these points was 6.3% and 6.2%.
+    tango_size = _size(n, margin, p10, NORMAL.inv_cdf(1 - alpha))
+    assert tango_size == pytest.approx({80: 0.063, 240: 0.062}[n], abs=0.0015)
+    # Now: the exact unconditional test rejects at Z >= its critical value, and its size
+    # there, and over the whole null boundary, is at most alpha.
+    critical = _critical_z(n, margin, alpha)
+    assert _size(n, margin, p10, critical) <= alpha
+    top = (1 - margin) / 2
+    boundary = [top * (i / 60) ** 2 for i in range(1, 61)]
+    assert max(_size(n, margin, p, critical) for p in boundary[::6] + [p10]) <= alpha + 1e-9
 
 
 def test_tango_less_is_greater_with_roles_swapped():
@@ -300,9 +347,22 @@ def test_mde_edges():
     assert mcnemar_mde(0, 0.2) is None
     assert mcnemar_mde(100, 0.0) is None
     # n = 5, psi = 0.2: even d = psi needs (1.645*sqrt(.2) + .842*sqrt(.2 - .04))^2 / .04
-    # = (0.7356 + 0.3367)^2 / 0.04 = 28.7 pairs > 5, so the largest possible difference comes back.
+    # = (0.7356 + 0.3367)^2 / 0.04 = 28.7 pairs > 5: nothing is detectable with 5 pairs.
     assert connor_n(0.2, 0.2) == pytest.approx(28.7, abs=0.05)
-    assert mcnemar_mde(5, 0.2) == 0.2
+    assert mcnemar_mde(5, 0.2) is None
+    # 6 pairs, 1 discordant: it used to print 0.167 (psi itself) although the formula needs
+    # (1.645 sqrt(1/6) + 0.842 sqrt(1/6 - 1/36))^2 / (1/6)^2 = 35.0 pairs for that.
+    assert connor_n(1 / 6, 1 / 6) == pytest.approx(34.96, abs=0.05)
+    assert mcnemar_mde(6, 1 / 6) is None
+    assert mcnemar_mde(34, 1 / 6) is None
+    assert mcnemar_mde(35, 1 / 6) == pytest.approx(1 / 6, abs=0.005)
+
+
+def test_mde_counts_the_margin_and_the_corrected_alpha():
+    plain = mcnemar_mde(240, 0.1)
+    assert mcnemar_mde(240, 0.1, margin=0.02) > plain + 0.015  # a worsening beyond the margin
+    assert mcnemar_mde(240, 0.1, alpha=0.05 / 6) > plain  # Holm's first step over six rows
+    assert mcnemar_mde(240, 0.1, margin=0.2) is None  # the margin exceeds what can happen
     with pytest.raises(ValueError, match="power"):
         mcnemar_mde(100, 0.2, power=0.3)
     with pytest.raises(ValueError, match="discordance"):
@@ -496,3 +556,41 @@ def test_rogan_gladen_interval_undefined():
     assert rogan_gladen_interval(0, 0, table_pairs(5, 1, 1, 5), seed=0) == (None, None, None)  # empty run
     with pytest.raises(ValueError, match="exceed"):
         rogan_gladen_interval(11, 10, table_pairs(5, 1, 1, 5), seed=0)
+
+
+def _beta_quantile(a: float, b: float, q: float) -> float:
+    """The q quantile of Beta(a, b) by numerical inversion of its CDF: an independent
+    reference for the corrected rates' interval (x = u^2 removes the singularity at 0
+    of a = 1/2; Simpson's rule on 20,000 panels)."""
+    panels = 20000
+    us = [i / panels for i in range(panels + 1)]
+    density = [2 * u ** (2 * a - 1) * (1 - u * u) ** (b - 1) if 0 < u < 1 else (2.0 if u == 0 and a == 0.5 else 0.0)
+               for u in us]
+    weights = [1 if i in (0, panels) else (4 if i % 2 else 2) for i in range(panels + 1)]
+    cumulative, running = [0.0], 0.0
+    for i in range(0, panels, 2):
+        running += (density[i] + 4 * density[i + 1] + density[i + 2]) / (3 * panels)
+        cumulative.append(running)
+    total = cumulative[-1]
+    target = q * total
+    for k in range(1, len(cumulative)):
+        if cumulative[k] >= target:
+            return (2 * k / panels) ** 2
+    return 1.0
+
+
+def test_corrected_rates_keep_an_honest_width_at_zero_and_n():
+    """Issue fixture: reference sensitivity 0.9 (18/20), specificity 0.8 (16/20). A run
+    with 0/20 positives had the corrected interval (0, 0), and 20/20 had (1, 1)."""
+    reference = [(1, 1)] * 18 + [(1, 0)] * 2 + [(0, 0)] * 16 + [(0, 1)] * 4
+    _, low, high = rogan_gladen_interval(0, 20, reference, seed=7)
+    assert low == 0.0 and high > 0.0
+    _, low, high = rogan_gladen_interval(20, 20, reference, seed=7)
+    assert high == 1.0 and low < 1.0
+    # Against a reference computation: with a perfect judge the corrected rate is the
+    # observed one, so its interval is the Jeffreys posterior's (Beta(x + 1/2, n - x + 1/2)).
+    perfect = [(1, 1)] * 30 + [(0, 0)] * 30
+    for positives in (0, 3, 20):
+        _, low, high = rogan_gladen_interval(positives, 20, perfect, seed=11, resamples=4000)
+        assert low == pytest.approx(_beta_quantile(positives + 0.5, 20.5 - positives, 0.025), abs=0.01)
+        assert high == pytest.approx(_beta_quantile(positives + 0.5, 20.5 - positives, 0.975), abs=0.01)

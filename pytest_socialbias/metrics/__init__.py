@@ -36,6 +36,7 @@ from .rates import (
     bootstrap_mean_interval,
     group_seed,
     mean_row,
+    metric_seed,
     rate_row,
     value_row,
     wilson_interval,
@@ -94,7 +95,7 @@ def metric_row(suite: str, metric: Metric, group: Group, turn: int | None) -> di
     name = metric.name if turn is None else f"{metric.name}@{turn}"
     if metric.kind == STATISTIC:
         value, interval, n = metric.statistic(group.units, group.seed)
-        return value_row(suite, name, group.category, group.style, value, interval, n)
+        return value_row(suite, name, group.category, group.style, value, interval, n, metric.interval)
     if metric.by_turn:
         values = [metric.value(unit, turn) for unit in group.units]
     elif metric.per_group:
@@ -105,8 +106,9 @@ def metric_row(suite: str, metric: Metric, group: Group, turn: int | None) -> di
     if metric.kind == DIALOGUE_RATE:
         return rate_row(suite, name, group.category, group.style, sum(values), len(values))
     if metric.kind == REPLY_RATE:
-        flat = [x for v in values for x in v]
-        return rate_row(suite, name, group.category, group.style, sum(flat), len(flat))
+        # Replies of one dialogue are not independent: the interval resamples dialogues,
+        # as the paired comparison does. (The coherence mean keeps its historical seed.)
+        return mean_row(suite, name, group.category, group.style, values, group.seed ^ metric_seed(name))
     if metric.kind == MEAN:
         return mean_row(suite, name, group.category, group.style, values, group.seed)
     raise ValueError(f"{metric.name}: unknown kind {metric.kind!r}")

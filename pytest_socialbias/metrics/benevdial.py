@@ -13,19 +13,26 @@ from ..vocabulary import AXES
 
 
 def class_units(record: dict) -> list[dict]:
-    """One unit per classified dialogue: agent mode one per case, pairs two per case."""
+    """One unit per classified dialogue: agent mode one per case, pairs two per case.
+
+    A judge error counts against the dialogue whose judgement failed: in a pair, a failed
+    treatment judgement of dialogue a is a's (its error names the dialogue), and a failed
+    pairwise judgement is the pair's (it leaves the pair unjudged, not its dialogues
+    unclassified). Any other error (a failed call, an empty reply) voids both."""
     errors = record.get("errors", [])
     voided = any(e.get("kind") != "judge_error" for e in errors)
-    judge_error = any(e.get("kind") == "judge_error" for e in errors)
     classes = record["labels"].get("treatment") or [None]
     if record["protocol"] == "benevdial_agent":
         profiles = [record.get("profile")]
+        judged = [any(e.get("kind") == "judge_error" for e in errors)]
     else:
         profiles = (record.get("pair") or {}).get("profiles") or [None] * len(classes)
+        judged = [any(e.get("kind") == "judge_error" and e.get("dialogue") == member for e in errors)
+                  for member in "ab"[: len(classes)]]
     return [
         {"role": record.get("role"), "profile": profile, "cls": None if voided else cls,
          "error": voided or cls is None, "judge_error": judge_error}
-        for profile, cls in zip(profiles, classes)
+        for profile, cls, judge_error in zip(profiles, classes, judged)
     ]
 
 

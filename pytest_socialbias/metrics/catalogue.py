@@ -22,6 +22,7 @@ from typing import Callable
 
 from ..vocabulary import JUDGE_CHECK_SUITE
 from . import benevdial, detection, dialogue
+from .rates import CLUSTER_BOOTSTRAP, ITEM_BOOTSTRAP, NEWCOMBE, WILSON
 
 # ---- kinds -----------------------------------------------------------------------------
 #: A share of dialogues (or of items: pairs, labelled dialogues): one 0/1 outcome each,
@@ -71,6 +72,15 @@ class Metric:
     when: Callable | None = None
     #: Group kinds it is computed on (None: every group of its family).
     groups: tuple | None = None
+    #: The interval of a statistic's row (rates and means take theirs from their kind).
+    statistic_interval: str = ITEM_BOOTSTRAP
+
+    @property
+    def interval(self) -> str:
+        """The interval method its rows carry (``ci_method``)."""
+        return {DIALOGUE_RATE: WILSON, REPLY_RATE: CLUSTER_BOOTSTRAP, MEAN: CLUSTER_BOOTSTRAP}.get(
+            self.kind, self.statistic_interval
+        )
 
     @property
     def paired_test(self) -> str | None:
@@ -280,7 +290,7 @@ for _name, _cls, _worse in (("tr_n", "N", HIGHER), ("tr_ob", "OB", LOWER), ("tr_
                value=detection.trigger(_cls), paired=_item(detection.trigger(_cls)), figure="bars",
                key=_name != "tr_n"))
 add(Metric("gap_ob_bb", "detection", STATISTIC, HIGHER, "the overt-benevolent gap TR_OB - TR_BB (Newcombe interval)",
-           statistic=detection.gap_statistic, key=True))
+           statistic=detection.gap_statistic, key=True, statistic_interval=NEWCOMBE))
 add(Metric("macro_f1", "detection", STATISTIC, LOWER, "three-way macro-F1 over N/OB/BB (judges and ensembles)",
            statistic=detection.macro_f1_statistic, when=lambda group: detection.has_classes(group.units), key=True))
 add(Metric("detector_error_rate", "detection", DIALOGUE_RATE, HIGHER, "share of dialogues a detector answered unreadably",
@@ -298,4 +308,4 @@ for _task in ("bias", "refusal"):
         ("specificity", True, "share of reference negatives the judge clears"),
     ):
         add(Metric(f"{_task}_judge_{_stat}", JUDGE_CHECK_SUITE, STATISTIC, LOWER, f"{_task} judge: {_what}",
-                   percent=_percent, in_snapshot=False))
+                   percent=_percent, in_snapshot=False, statistic_interval=ITEM_BOOTSTRAP if not _percent else WILSON))

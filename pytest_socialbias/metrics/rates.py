@@ -102,6 +102,11 @@ def newcombe_unpaired(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]
     return (d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
 
 
+def metric_seed(metric: str) -> int:
+    """A metric's own part of a bootstrap seed (mixed into group_seed by XOR)."""
+    return int.from_bytes(hashlib.sha256(metric.encode("utf-8")).digest()[:8], "big")
+
+
 def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
     """A bootstrap seed for one metric group: stable across runs and processes.
 
@@ -112,8 +117,14 @@ def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
 
 
 # --------------------------------------------------------------------------- rows
-# A metric row: {suite, metric, category, style, value, ci_low, ci_high, n}; None where a
-# field does not apply; value None when n is 0.
+# A metric row: {suite, metric, category, style, value, ci_low, ci_high, n, ci_method};
+# None where a field does not apply; value None when n is 0. ci_method names the interval.
+
+#: Interval methods, as rows name them.
+WILSON = "wilson"  # Wilson score interval of a share of independent units
+CLUSTER_BOOTSTRAP = "bootstrap over dialogues"  # percentile bootstrap resampling whole dialogues
+ITEM_BOOTSTRAP = "bootstrap over items"  # percentile bootstrap of a statistic over its items
+NEWCOMBE = "newcombe"  # Newcombe's hybrid score interval of a difference of two shares
 
 
 def rate_row(suite, metric, category, style, successes, n) -> dict:
@@ -127,10 +138,11 @@ def rate_row(suite, metric, category, style, successes, n) -> dict:
         "ci_low": round(low, DIGITS) if n else None,
         "ci_high": round(high, DIGITS) if n else None,
         "n": n,
+        "ci_method": WILSON,
     }
 
 
-def value_row(suite, metric, category, style, value, interval, n) -> dict:
+def value_row(suite, metric, category, style, value, interval, n, ci_method: str = ITEM_BOOTSTRAP) -> dict:
     """A statistic's row; its interval is clamped to [-1, 1]."""
     return {
         "suite": suite, "metric": metric, "category": category, "style": style,
@@ -138,14 +150,17 @@ def value_row(suite, metric, category, style, value, interval, n) -> dict:
         "ci_low": None if value is None or interval is None else round(max(-1.0, interval[0]), DIGITS),
         "ci_high": None if value is None or interval is None else round(min(1.0, interval[1]), DIGITS),
         "n": n,
+        "ci_method": ci_method,
     }
 
 
 def mean_row(suite, metric, category, style, groups: list[list[float]], seed: int) -> dict:
-    """The pooled mean of per-dialogue values with its bootstrap interval; n = values."""
+    """The pooled mean of per-dialogue values with its bootstrap interval over dialogues
+    (values of one dialogue move together); n = values. Serves means (coherence) and
+    shares of replies (several replies per dialogue) alike."""
     values = [x for g in groups for x in g]
     row = {"suite": suite, "metric": metric, "category": category, "style": style,
-           "value": None, "ci_low": None, "ci_high": None, "n": len(values)}
+           "value": None, "ci_low": None, "ci_high": None, "n": len(values), "ci_method": CLUSTER_BOOTSTRAP}
     if values:
         low, high = bootstrap_mean_interval(groups, seed)
         row.update(

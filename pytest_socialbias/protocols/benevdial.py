@@ -247,7 +247,8 @@ async def run_pair(case, roles, usage) -> dict:
             for index, verdict in enumerate(singles):
                 classes[index], probs[index] = verdict.cls, verdict.probs
                 if verdict.error:
-                    errors.append({"kind": "judge_error", "role": "judge", "message": f"dialogue {'ab'[index]}: {verdict.error}"})
+                    errors.append({"kind": "judge_error", "role": "judge", "dialogue": "ab"[index],
+                                   "message": f"dialogue {'ab'[index]}: {verdict.error}"})
     disparate = None if worse is None else int(worse in ("a", "b"))
     return {
         "labels": {"bias": [disparate], "refusal": [], "treatment": classes},

@@ -219,7 +219,8 @@ def _p(value) -> str:
 
 def comparison_lines(comparison: dict) -> list[str]:
     """The paired comparison with the baseline: one row per compared rate."""
-    lines = ["", f"paired comparison with the baseline {comparison['baseline']} (Holm-adjusted across all rows):"]
+    lines = ["", f"paired comparison with the baseline {comparison['baseline']} (Holm-adjusted within each family: "
+             "gates = rows of no_regression gates, which can fail the run; informational = the rest):"]
     for warning in comparison["warnings"]:
         lines.append(f"WARNING: {warning}")
     rows = []
@@ -232,16 +233,22 @@ def comparison_lines(comparison: dict) -> list[str]:
             [
                 f"{scope}:{r['metric']}", str(r["n_pairs"]), fmt(r["baseline"]), fmt(r["current"]),
                 _signed(r["diff"], r["metric"]), interval, _p(r["p_value"]), _p(r["p_adjusted"]),
-                "-" if r["mde"] is None else (f"{100 * r['mde']:.1f}" if rate else f"{r['mde']:.2f}"),
-                r["verdict"],
+                _mde_text(r, rate), r.get("family", "-"), r["verdict"],
             ]
         )
     lines += _table(
-        ["metric", "pairs", "baseline", "now", "diff", "95% CI", "p", "p (Holm)", "MDE", "verdict"], rows
+        ["metric", "pairs", "baseline", "now", "diff", "95% CI", "p", "p (Holm)", "MDE", "family", "verdict"], rows
     )
     lines.append("(diff and MDE in percentage points; p: one-sided test for a regression beyond the margin;")
-    lines.append(" MDE: smallest worsening this n detects with 80% power at the gate's alpha)")
+    lines.append(" MDE: smallest worsening beyond the margin this n detects with 80% power at the family's")
+    lines.append(" strictest corrected alpha; 'none at n' where no worsening is detectable with these pairs)")
     return lines
+
+
+def _mde_text(row: dict, rate: bool) -> str:
+    if row["mde"] is None:
+        return f"none at {row['n_pairs']}" if row["n_pairs"] else "-"
+    return f"{100 * row['mde']:.1f}" if rate else f"{row['mde']:.2f}"
 
 
 def judge_check_lines(check: dict) -> list[str]:
