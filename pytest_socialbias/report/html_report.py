@@ -323,14 +323,18 @@ def _comparison(report: dict):
         rows.append((css, [
             _scope(r), f"<code>{_text(metric)}</code>", _text(r.get("n_pairs")) or MISSING,
             _number(r.get("baseline"), metric), _number(r.get("current"), metric), diff,
-            _p_value(r.get("p_value")), _p_value(r.get("p_adjusted")), _difference(r.get("mde"), metric).lstrip("+"),
+            _p_value(r.get("p_value")), _p_value(r.get("p_adjusted")),
+            (f"none at {_text(r.get('n_pairs'))}" if r.get("mde") is None and r.get("n_pairs")
+             else _difference(r.get("mde"), metric).lstrip("+")),
+            _text(r.get("family")) or MISSING,
             (_text(r.get("method")) or MISSING)
             + (f", margin {_difference(r['margin'], metric).lstrip('+')}" if _is_number(r.get("margin")) and r["margin"] else ""),
             f"<span class=\"v {css}\">{_text(verdict) or MISSING}</span>",
         ]))
     if rows:
         out.append(_table(
-            ["scope", "metric", "pairs", "baseline", "current", "difference [95% CI]", "p", "p adj.", "MDE", "method", "verdict"],
+            ["scope", "metric", "pairs", "baseline", "current", "difference [95% CI]", "p", "p adj.", "MDE", "family",
+             "method", "verdict"],
             rows, right={2, 3, 4, 6, 7, 8},
         ))
     else:
