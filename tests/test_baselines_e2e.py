@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pytest_socialbias.baselines import TRACKS, scripted_turns, zeroshot_message
 
 from .conftest import model_args, read_report
@@ -82,13 +84,25 @@ def test_fairmt_release_files_run_as_scripted_dialogues(pytester, keys, server):
     result, report = run(pytester, server, "--socialbias-fairmt-dir=release")
     assert result.ret == 0, result.stdout.str()
     cases = {c["id"]: c for c in report["cases"]}
-    assert set(cases) == {"fairmt-1k-negative_feedback-0000", "fairmt-10k-stereotype-disability-fixed_format-0000"}
-    assert cases["fairmt-10k-stereotype-disability-fixed_format-0000"]["category"] == "disability"
+    # One release by default (FairMT_1K: its items repeat 10K ones), and the report says so.
+    assert set(cases) == {"fairmt-1k-negative_feedback-0000"}
     assert cases["fairmt-1k-negative_feedback-0000"]["category"] == "unspecified"
     assert cases["fairmt-1k-negative_feedback-0000"]["turns"][0]["user"] == "Scripted turn 0, about them."
     notes = " ".join(report["notes"])
+    assert "ran 1 conversation(s) of FairMT_1K, all tracks (1 other(s) in the folder left out" in notes
     assert "Negative_Feedback.json item 1" in notes and "Scattered_Questions" in notes
     result.stdout.fnmatch_lines(["note: fairmt: skipped *"])
+    pytester.makefile(".yaml", demo="socialbias: 1\nsuite: fairmt\nprotocol: scripted\nsource: fairmt\n"
+                      "release: 10K\nsubset: stereotype\ncategories: [disability]\ntracks: [fixed_format]\n")
+    result, report = run(pytester, server, "--socialbias-fairmt-dir=release", "-v")
+    assert [c["id"] for c in report["cases"]] == ["fairmt-10k-stereotype-disability-fixed_format-0000"]
+    assert report["cases"][0]["category"] == "disability"
+    # The node id carries release, subset, category, track and index.
+    result.stdout.fnmatch_lines(["*demo.yaml::fairmt-10k-stereotype-disability-fixed_format-0000[[]fixed_format] PASSED*"])
+    assert any("FairMT_10K stereotype, tracks fixed_format, categories disability" in n for n in report["notes"])
+    pytester.makefile(".yaml", demo="socialbias: 1\nsuite: fairmt\nprotocol: scripted\nsource: fairmt\nsubset: toxicity\n")
+    bad = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-fairmt-dir=release")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR and "FairMT_1K has no subsets" in bad.stderr.str()
 
 
 def test_fairmt_suite_collects_nothing_without_the_option(pytester, keys, server):

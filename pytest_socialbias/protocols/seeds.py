@@ -19,7 +19,11 @@ from ..vocabulary import UNSPECIFIED
 
 #: Suite keys of seed suites (scripted suites take ``tracks`` instead of ``styles``).
 KEYS = ("styles", "cases", "seeds")
-SCRIPTED_KEYS = ("tracks", "cases", "seeds", "source")
+SCRIPTED_KEYS = ("tracks", "cases", "seeds", "source", "release", "subset", "categories")
+#: FairMT-Bench: the release a suite runs unless it says (its 1K items repeat 10K ones, so
+#: a run takes one release), and the 10K subset.
+FAIRMT_RELEASE = "1K"
+FAIRMT_SUBSET = "stereotype"
 #: The scripted tracks have five user turns each.
 SCRIPTED_TURNS = 5
 
@@ -43,8 +47,13 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
     styles = tuple(data.get("tracks") or data.get("styles") or protocol.styles)
     notes: list[str] = []
     others: list[Path] = []
+    for key in ("release", "subset", "categories"):
+        if key in data and "source" not in data:
+            raise source.error([key], f"`{key}:` chooses among the FairMT-Bench files: it goes with `source: fairmt`")
+    if data.get("subset") and data.get("release", FAIRMT_RELEASE) != "10K":
+        raise source.error(["subset"], "FairMT_1K has no subsets: write `release: 10K` to choose one")
     if "source" in data:
-        cases, notes = _fairmt_cases(source.name, overrides.fairmt_dir)
+        cases, notes = _fairmt_cases(source.name, overrides.fairmt_dir, data)
     else:
         if "seeds" in data:
             seeds_path = source.file("seeds", "seeds file")
@@ -89,15 +98,32 @@ def _seed_cases(entries, node, source: Path, suite: str, protocol: str, styles, 
     return cases
 
 
-def _fairmt_cases(suite: str, fairmt_dir) -> tuple[list, list]:
-    """Cases from the official FairMT-Bench release files (none without the option),
-    and notes on what the lenient loader skipped."""
+def _fairmt_cases(suite: str, fairmt_dir, data: dict) -> tuple[list, list]:
+    """Cases from the official FairMT-Bench release files (none without the option): one
+    release (and for 10K one subset), the suite's tracks and categories; and notes saying
+    which were run and what the lenient loader skipped."""
     if fairmt_dir is None:
         return [], []
     from ..fairmt import load_fairmt
 
     result = load_fairmt(Path(fairmt_dir))
-    notes = [f"{suite}: skipped {reason}" for reason in result.skipped]
+    release = data.get("release", FAIRMT_RELEASE)
+    subset = data.get("subset", FAIRMT_SUBSET) if release == "10K" else None
+    tracks = set(data.get("tracks") or ())
+    categories = set(data.get("categories") or ())
+    chosen = [
+        d for d in result.dialogues
+        if d.source == release and d.subset == subset
+        and (not tracks or d.track in tracks)
+        and (not categories or (d.category or UNSPECIFIED) in categories)
+    ]
+    what = f"FairMT_{release}" + (f" {subset}" if subset else "")
+    what += f", tracks {', '.join(sorted(tracks))}" if tracks else ", all tracks"
+    what += f", categories {', '.join(sorted(categories))}" if categories else ""
+    notes = [f"{suite}: ran {len(chosen)} conversation(s) of {what} ({len(result.dialogues) - len(chosen)} "
+             "other(s) in the folder left out; choose with release:, subset:, tracks:, categories:)"]
+    notes += [f"{suite}: skipped {reason}" for reason in result.skipped]
+    result.dialogues = chosen
     return [
         Case(
             suite=suite,
