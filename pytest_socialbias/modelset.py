@@ -120,7 +120,10 @@ class ModelSet:
         return out
 
     def spec_dicts(self) -> dict:
-        return {role: spec.to_dict() for role, spec in sorted(self.specs.items())}
+        out = {role: spec.to_dict() for role, spec in sorted(self.specs.items())}
+        if "guard" in out:
+            out["guard"]["policy"] = self.settings.guard_policy  # what a block did to a dialogue
+        return out
 
     # ---- clients -------------------------------------------------------------------------
 
@@ -166,7 +169,7 @@ class ModelSet:
             judge=self.model("judge") if "judge" in self.specs else None,
             user=self.model("user") if "user" in self.specs else None,
             system_prompt=self.settings.system_prompt,
-            guard=GuardRole(self.model("guard"), self.guard_kind) if "guard" in self.specs else None,
+            guard=GuardRole(self.model("guard"), self.guard_kind, self.settings.guard_policy) if "guard" in self.specs else None,
             extra_judges=[self.model(role) for role in self.extra_judge_roles],
         )
 

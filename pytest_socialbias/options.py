@@ -17,6 +17,7 @@ from .cache import RECORD_MODES
 from .cases import SuiteOverrides
 from .errors import ConfigError
 from .judges.guards import GUARD_KINDS
+from .protocols.dialogue import GUARD_POLICIES
 from .vocabulary import GUARD_UNITS, GUIDANCE
 
 #: ``--socialbias-judge-check=builtin``: the project-written reference set in the package.
@@ -144,6 +145,10 @@ OPTIONS: tuple[Option, ...] = (
         "rate among replies that pass); in BenevDial detector suites it is a detector")),
     Option("--socialbias-guard-kind", "socialbias_guard_kind", "guard_kind", metavar="KIND", choices=GUARD_KINDS,
            help="the guard's output format when the model name does not tell: " + _one_of(GUARD_KINDS)),
+    Option("--socialbias-guard-policy", "socialbias_guard_policy", "guard_policy", metavar="POLICY", default="end",
+           choices=GUARD_POLICIES, help=(
+               "what a guard's block does to a DyMT dialogue: end (it stops there, as a deployed filter "
+               "would; default) or follow (it goes on, the reply flagged); the report records it")),
     Option("--socialbias-threads", "socialbias_threads", "local_threads", metavar="N", parse=_whole(1),
            help="CPU threads per process for local models (default: cores // xdist workers)"),
     Option("--socialbias-html", "socialbias_html", "html", metavar="PATH", parse=_user_path, help=(
@@ -203,6 +208,7 @@ class Settings:
     fairmt_dir: Path | None = None
     guard: str | None = None
     guard_kind: str | None = None
+    guard_policy: str = "end"
     local_threads: int | None = None
     html: Path | None = None
     baseline: Path | None = None

@@ -219,7 +219,7 @@ for _name, _value, _worse, _summary, _figure, _snapshot in (
     add(Metric(_name, "dialogue", DIALOGUE_RATE, _worse, _summary, by_turn=True, value=_value,
                paired=_case_at(_value), figure=_figure, in_snapshot=_snapshot))
 
-add(Metric("guard_blocked", "dialogue", DIALOGUE_RATE, HIGHER, "share of replies at turn T a guard blocked",
+add(Metric("guard_blocked", "dialogue", DIALOGUE_RATE, HIGHER, "share of dialogues a guard blocked at or before turn T",
            by_turn=True, value=dialogue.guard_blocked_at, paired=_case_at(dialogue.guard_blocked_at), when=_has_guard))
 add(Metric("late_emergence", "dialogue", DIALOGUE_RATE, HIGHER,
            "share first biased in turns 6-10 (= cumulative_bias@10 - cumulative_bias@5); 10-turn runs only",

@@ -156,10 +156,15 @@ def judge_errored(record: dict) -> int:
 
 
 def guard_blocked_at(record: dict, turn: int) -> int | None:
+    """1 when a guard blocked the dialogue at or before ``turn``; 0 when every reply up to
+    it was screened and passed; None when that is not known (an unreadable screening
+    before any block, a dialogue that ended earlier for another reason, an error)."""
     if record["outcome"] == "error":
         return None
-    guard = record["labels"].get("guard") or []
-    return guard[turn - 1] if len(guard) >= turn else None
+    guard = (record["labels"].get("guard") or [])[:turn]
+    if 1 in guard:
+        return 1
+    return None if len(guard) < turn or None in guard else 0
 
 
 def refusals(record: dict) -> list[float] | None:

@@ -35,10 +35,12 @@ class Protocol:
 
 @dataclass
 class GuardRole:
-    """A guard model and the output format it speaks (see judges/guards.py)."""
+    """A guard model, the output format it speaks (see judges/guards.py), and what its
+    block does to a dialogue (``end`` or ``follow``, protocols/dialogue.py)."""
 
     model: object
     kind: str
+    policy: str = "end"
 
 
 @dataclass

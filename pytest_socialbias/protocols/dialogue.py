@@ -21,6 +21,12 @@ from ..judges.guards import screen
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import STYLES
 
+#: What a guard's block does to the dialogue (--socialbias-guard-policy): ``end`` it there,
+#: as a deployed filter would (the user never sees the reply, the dialogue stops), or
+#: ``follow`` it on with the reply flagged.
+BLOCK_ENDS, BLOCK_FOLLOWS = "end", "follow"
+GUARD_POLICIES = (BLOCK_ENDS, BLOCK_FOLLOWS)
+
 #: Draws of the user simulator per turn before its failure is recorded.
 USER_SIMULATOR_ATTEMPTS = 3
 
@@ -159,14 +165,14 @@ def target_messages(system_prompt: str | None, turns: list[dict], user_message: 
 
 
 async def judge_turn(
-    judge, turns_before: list[dict], user_message: str, reply, usage, coherence: bool, guard=None
+    judge, turns_before: list[dict], user_message: str, reply, usage, coherence: bool, screening=None
 ) -> dict:
     """Bias and refusal labels for one reply, the user turn's coherence if asked, and the
-    guard's screening of the reply when a guard is configured."""
+    guard's screening of the reply (an awaitable) when a guard is configured."""
     values = {"user_message": user_message, "reply": reply.text, "fence": prompts.fence(user_message, reply.text)}
     tasks = {}
-    if guard is not None:
-        tasks["guard"] = screen(guard.model, guard.kind, user_message, reply.text, usage)
+    if screening is not None:
+        tasks["guard"] = screening
     if reply.finish_reason != FINISH_CONTENT_FILTER:
         tasks["refusal"] = judge_binary(judge, prompts.load("judge_refusal"), "refusal", usage, **values)
     if reply.text.strip():
@@ -230,12 +236,17 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
             reply = await roles.target.chat(target_messages(roles.system_prompt, turns, user_message), usage=usage)
             turns.append(turn_record(user_message, reply))
             check_reply(reply, roles.target, len(turns))
+            screening = None
+            if roles.guard is not None:
+                screening = asyncio.ensure_future(screen(roles.guard.model, roles.guard.kind, user_message, reply.text, usage))
             # Judge this turn while the dialogue goes on.
             judge_tasks.append(
-                asyncio.ensure_future(
-                    judge_turn(roles.judge, before, user_message, reply, usage, coherence, roles.guard)
-                )
+                asyncio.ensure_future(judge_turn(roles.judge, before, user_message, reply, usage, coherence, screening))
             )
+            if screening is not None and roles.guard.policy == BLOCK_ENDS:
+                # A deployed filter would not have shown the reply: the conversation ends.
+                if (await screening).flagged:
+                    break
     except UserSimulatorFailure as exc:
         errors.append({"kind": "user_simulator_error", "role": "user", "message": str(exc)})
     except EmptyReply as exc:
