@@ -6,15 +6,16 @@ the aggregator (aggregate.py) to ask the judge about reference labels.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cache import CallCache
 from .errors import ConfigError
-from .judges.guards import GUARD_KINDS, guard_kind_from_model
+from .judges.guards import GUARD_KINDS, guard_kind, guard_kind_from_model
 from .models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
 from .models.providers import provider_of
 from .protocols import GuardRole, Roles, required_roles
 from .runner import LoopRunner
+from .vocabulary import GUARD_UNITS
 
 #: How long closing waits for the background SDK warm-up (it takes about a second).
 WARM_UP_JOIN_S = 10.0
@@ -50,6 +51,8 @@ class ModelSet:
         self.is_worker = is_worker
         self.specs: dict[str, ModelSpec] = {}
         self.guard_kind: str | None = None
+        self.guard_unit: str | None = None  # the guard spec's unit=, if any
+        self.guard_risk: str | None = None  # the criterion a Granite Guardian is asked about
         self.runner = LoopRunner()
         self._models: dict[str, Model] = {}
         self._model_settings: ModelSettings | None = None
@@ -82,6 +85,47 @@ class ModelSet:
                     f"--socialbias-guard={s.guard}: cannot tell the guard's output format from the model "
                     f"name; pass --socialbias-guard-kind (one of {', '.join(GUARD_KINDS)})"
                 )
+            self._guard_settings()
+
+    def _guard_settings(self) -> None:
+        """The guard spec's unit= and risk= (with --socialbias-guard-risk): a Granite
+        Guardian's risk criterion becomes the chat-template argument sent on every call
+        (so it enters the cache key)."""
+        s, spec = self.settings, self.specs["guard"]
+        kind = guard_kind(self.guard_kind)
+        where = f"--socialbias-guard={s.guard}"
+        unit = spec.guard.get("unit")
+        if unit is not None and unit not in GUARD_UNITS:
+            raise ConfigError(f"{where}: unit={unit!r}: expected one of {', '.join(GUARD_UNITS)}")
+        self.guard_unit = unit
+        risk = spec.guard.get("risk")
+        if risk and s.guard_risk and risk != s.guard_risk:
+            raise ConfigError(
+                f"{where}: risk={risk} and --socialbias-guard-risk={s.guard_risk} disagree; give one"
+            )
+        risk = risk or s.guard_risk
+        if kind.default_risk is None:
+            if risk:
+                raise ConfigError(
+                    f"{where if spec.guard.get('risk') else '--socialbias-guard-risk=' + risk}: a {kind.name} "
+                    "guard has a fixed policy and takes no risk criterion (only granite-guardian does)"
+                )
+            return
+        template_kwargs = spec.params.get("chat_template_kwargs")
+        template_kwargs = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
+        if "guardian_config" in template_kwargs:  # written out in the spec: it stands
+            if risk:
+                raise ConfigError(
+                    f"{where}: the spec's chat_template_kwargs already names a guardian_config; "
+                    "drop risk= / --socialbias-guard-risk or the guardian_config"
+                )
+            config = template_kwargs["guardian_config"]
+            config = config if isinstance(config, dict) else {}
+            self.guard_risk = config.get("criteria_id") or config.get("risk_name") or "custom"
+            return
+        self.guard_risk = risk or kind.default_risk
+        template_kwargs.update(kind.risk_kwargs(self.guard_risk))
+        self.specs["guard"] = replace(spec, params={**spec.params, "chat_template_kwargs": template_kwargs})
 
     def use_local_default(self) -> None:
         """Called when cases are collected with no model options: all roles ``local``."""
@@ -123,6 +167,9 @@ class ModelSet:
         out = {role: spec.to_dict() for role, spec in sorted(self.specs.items())}
         if "guard" in out:
             out["guard"]["policy"] = self.settings.guard_policy  # what a block did to a dialogue
+            out["guard"]["kind"] = self.guard_kind
+            if self.guard_risk:
+                out["guard"]["risk"] = self.guard_risk
         return out
 
     # ---- clients -------------------------------------------------------------------------
@@ -169,7 +216,7 @@ class ModelSet:
             judge=self.model("judge") if "judge" in self.specs else None,
             user=self.model("user") if "user" in self.specs else None,
             system_prompt=self.settings.system_prompt,
-            guard=GuardRole(self.model("guard"), self.guard_kind, self.settings.guard_policy) if "guard" in self.specs else None,
+            guard=GuardRole(self.model("guard"), self.guard_kind, self.settings.guard_policy, self.guard_unit) if "guard" in self.specs else None,
             extra_judges=[self.model(role) for role in self.extra_judge_roles],
         )
 

@@ -145,6 +145,9 @@ OPTIONS: tuple[Option, ...] = (
         "rate among replies that pass); in BenevDial detector suites it is a detector")),
     Option("--socialbias-guard-kind", "socialbias_guard_kind", "guard_kind", metavar="KIND", choices=GUARD_KINDS,
            help="the guard's output format when the model name does not tell: " + _one_of(GUARD_KINDS)),
+    Option("--socialbias-guard-risk", "socialbias_guard_risk", "guard_risk", metavar="RISK", help=(
+        "the risk criterion a Granite Guardian is asked about, named as its chat template names it "
+        "(social_bias by default; harm, violence, profanity, ...); the spec parameter risk= does the same")),
     Option("--socialbias-guard-policy", "socialbias_guard_policy", "guard_policy", metavar="POLICY", default="end",
            choices=GUARD_POLICIES, help=(
                "what a guard's block does to a DyMT dialogue: end (it stops there, as a deployed filter "
@@ -209,6 +212,7 @@ class Settings:
     guard: str | None = None
     guard_kind: str | None = None
     guard_policy: str = "end"
+    guard_risk: str | None = None
     local_threads: int | None = None
     html: Path | None = None
     baseline: Path | None = None

@@ -44,7 +44,6 @@ VARIANTS = ("clean", "fold", "mask", "shuffle")
 #: What a guard judges of a dialogue: an agent turn alone, with the dialogue before it,
 #: or with the user turn it answers.
 GUARD_UNITS = ("turn", "context", "exchange")
-DEFAULT_GUARD_UNIT = "exchange"
 
 # ---- protocols and outcomes ------------------------------------------------------------
 

@@ -49,6 +49,9 @@ PASS_THROUGH_KNOWN = (
     "chat_template_kwargs", "logit_bias", "stop_token_ids", "skip_special_tokens", "n_predict",
     "mirostat", "typical_p", "num_ctx", "response_format",
 )
+#: A guard's own settings (``--socialbias-guard`` only; never sent): the unit it judges of
+#: a dialogue, the risk criterion a Granite Guardian is asked about.
+GUARD_SPEC_PARAMS = ("unit", "risk")
 #: Transport settings a spec may set; they do not change answers, so not in the cache key.
 TRANSPORT_PARAMS = {
     "timeout": float,
@@ -80,6 +83,7 @@ class ModelSpec:
     transport: dict = field(default_factory=dict)
     raw: str = ""
     constrain: str | None = None  # how judge answers are held to their labels
+    guard: dict = field(default_factory=dict)  # GUARD_SPEC_PARAMS given (guards only)
 
     def __str__(self) -> str:
         return self.raw or f"{self.provider}:{self.model}"
@@ -91,6 +95,7 @@ class ModelSpec:
         query = [f"{k}={_shown(v)}" for k, v in sorted(self.params.items())]
         query += [f"{k}={v}" for k, v in sorted(self.transport.items())]
         query += [f"constrain={self.constrain}"] if self.constrain else []
+        query += [f"{k}={v}" for k, v in sorted(self.guard.items())]
         return text + ("?" + "&".join(query) if query else "")
 
     def to_dict(self) -> dict:
@@ -102,6 +107,7 @@ class ModelSpec:
         }
         if self.constrain:
             out["constrain"] = self.constrain
+        out.update(sorted(self.guard.items()))
         return out
 
 
@@ -179,15 +185,22 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
         raise ConfigError(f"{option}={raw}: a {provider} model has no URL{hint}")
     params: dict = {}
     transport: dict = {}
+    guard: dict = {}
     constrain = None
     query = match["query"]
     if query is not None:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False)
         if query and not pairs:
             raise ConfigError(f"{option}={raw}: cannot read parameters {query!r}: {SPEC_HELP}")
-        known = [*DECODING_PARAMS, *TRANSPORT_PARAMS, "constrain", *PASS_THROUGH_KNOWN]
+        known = [*DECODING_PARAMS, *TRANSPORT_PARAMS, "constrain", *GUARD_SPEC_PARAMS, *PASS_THROUGH_KNOWN]
         for name, value in pairs:
-            if name == "constrain":
+            if name in GUARD_SPEC_PARAMS:
+                if option != "--socialbias-guard":
+                    raise ConfigError(f"{option}={raw}: {name}= is a guard's setting; give it in --socialbias-guard")
+                if not value.strip():
+                    raise ConfigError(f"{option}={raw}: {name}= needs a value")
+                guard[name] = value.strip()
+            elif name == "constrain":
                 if value not in CONSTRAIN_METHODS:
                     raise ConfigError(
                         f"{option}={raw}: constrain={value!r}: expected one of {', '.join(CONSTRAIN_METHODS)}"
@@ -211,4 +224,4 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     for name, hint in entry.unsupported:
         if params.get(name) is not None:
             raise ConfigError(f"{option}={raw}: {hint}")
-    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain)
+    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain, guard)

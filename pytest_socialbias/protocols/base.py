@@ -35,12 +35,14 @@ class Protocol:
 
 @dataclass
 class GuardRole:
-    """A guard model, the output format it speaks (see judges/guards.py), and what its
-    block does to a dialogue (``end`` or ``follow``, protocols/dialogue.py)."""
+    """A guard model, the output format it speaks (see judges/guards.py), what its block
+    does to a dialogue (``end`` or ``follow``, protocols/dialogue.py), and the unit its
+    spec asks it to judge in detector suites (None: the suite's, else the guard's own)."""
 
     model: object
     kind: str
     policy: str = "end"
+    unit: str | None = None
 
 
 @dataclass

@@ -27,7 +27,7 @@ from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, mar
 from ..errors import ModelCallError
 from ..judges.ensemble import combine
 from ..judges.treatment import judge_treatment
-from ..vocabulary import AXES, DEFAULT_GUARD_UNIT, PERSONA_AXES, VARIANTS
+from ..vocabulary import AXES, PERSONA_AXES, VARIANTS
 from ..vocabulary import BIASED_CLASSES as BIASED
 from .base import Protocol
 
@@ -98,9 +98,12 @@ async def run_detect(case, roles, usage) -> dict:
         for judge in judges
     ]
     if guard is not None:
-        from ..judges.guards import screen_dialogue
+        from ..judges.guards import guard_kind, screen_dialogue
 
-        tasks.append(screen_dialogue(guard.model, guard.kind, dialogue["turns"], options["guard_unit"], usage))
+        # The guard spec's unit=, else --socialbias-guard-unit or the suite's, else the
+        # unit the guard is evaluated in by its authors and by BenevDial.
+        unit = guard.unit or options["guard_unit"] or guard_kind(guard.kind).default_unit
+        tasks.append(screen_dialogue(guard.model, guard.kind, dialogue["turns"], unit, usage))
     errors: list[dict] = []
     detections: dict[str, dict] = {}
     results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -193,7 +196,7 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
     options = {
         **judge_options(source, overrides),
         "variant_seed": data.get("variant_seed", VARIANT_SEED),
-        "guard_unit": overrides.guard_unit or data.get("guard_unit", DEFAULT_GUARD_UNIT),
+        "guard_unit": overrides.guard_unit or data.get("guard_unit"),  # None: the guard's own
     }
     digest = source.digest(dialogues_path)
     cases = [
