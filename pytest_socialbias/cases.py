@@ -20,7 +20,7 @@ from .vocabulary import DEFAULT_GUIDANCE
 DEFAULT_BATCH_SIZE = 64
 
 #: Keys every suite file may have, whatever its protocol.
-COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size")
+COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size", "judge_params")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Case:
     # file, the judge options); left out of equality and hashing.
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     markers: tuple = ()  # extra pytest markers (BenevDial: role and demographic values)
+    # The suite's ``judge_params:`` as sorted (name, value) pairs: sent on every judge call
+    # of the case, over the judges' own settings (a judge spec's parameters still win).
+    judge_params: tuple = ()
 
     @property
     def name(self) -> str:

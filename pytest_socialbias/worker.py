@@ -144,6 +144,9 @@ async def run_case(case, roles) -> dict:
         "turns_planned": case.turns,
         "suite_sha256": case.suite_sha256,
     }
+    if case.judge_params:
+        roles = roles.with_judge_params(dict(case.judge_params))
+        identity["judge_params"] = dict(case.judge_params)
     try:
         result = await PROTOCOLS[case.protocol].run(case, roles, usage)
     except ModelCallError as exc:

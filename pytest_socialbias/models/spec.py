@@ -115,30 +115,42 @@ def _shown(value) -> str:
     return "none" if value is None else value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def _convert(option: str, raw: str, name: str, value: str, kind: type):
+#: Allowed ranges of the named numeric parameters.
+RANGES = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "max_tokens": (1, 1_000_000),
+    "thinking_budget": (1024, 1_000_000),
+    "timeout": (0.001, 86_400.0),
+    "max_retries": (0, 100),
+}
+
+
+def check_param(name: str, value):
+    """A named parameter's value converted to its type and checked against its range
+    (``DECODING_PARAMS``, ``TRANSPORT_PARAMS``); ValueError saying what is wrong."""
+    kind = DECODING_PARAMS.get(name) or TRANSPORT_PARAMS[name]
+    if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{name}={value!r} is not a valid {kind.__name__}")
     try:
         converted = kind(value)
-    except ValueError:
-        raise ConfigError(
-            f"{option}={raw}: parameter {name}={value!r} is not a valid {kind.__name__}"
-        ) from None
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not a valid {kind.__name__}") from None
     if kind is float and not math.isfinite(converted):
-        raise ConfigError(f"{option}={raw}: parameter {name}={value!r} must be a finite number")
-    checks = {
-        "temperature": (0.0, 2.0),
-        "top_p": (0.0, 1.0),
-        "max_tokens": (1, 1_000_000),
-        "thinking_budget": (1024, 1_000_000),
-        "timeout": (0.001, 86_400.0),
-        "max_retries": (0, 100),
-    }
-    if name in checks:
-        low, high = checks[name]
+        raise ValueError(f"{name}={value!r} must be a finite number")
+    if name in RANGES:
+        low, high = RANGES[name]
         if not low <= converted <= high:
-            raise ConfigError(
-                f"{option}={raw}: parameter {name}={value} is out of range [{low}, {high}]"
-            )
+            raise ValueError(f"{name}={value} is out of range [{low}, {high}]")
     return converted
+
+
+def _convert(option: str, raw: str, name: str, value: str, kind: type):
+    try:
+        return check_param(name, value)
+    except ValueError as exc:
+        message = str(exc).replace(f"{name}=", f"parameter {name}=", 1)
+        raise ConfigError(f"{option}={raw}: {message}") from None
 
 
 def _pass_through_value(value: str):

@@ -9,9 +9,11 @@ and the suite schema).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..cases import Suite, SuiteOverrides, read_suite
+from ..models.spec import DECODING_PARAMS, check_param
 from . import benevdial, detect, dymt, scripted, smoke, zeroshot
 from .base import GuardRole, Protocol, Roles, outcome_of
 
@@ -44,7 +46,28 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
     source = read_suite(Path(path))
     protocol = PROTOCOLS[source.protocol]
     source.check_keys(protocol.name, protocol.keys, _key_takers())
-    return protocol.load(source, protocol, overrides or SuiteOverrides())
+    suite = protocol.load(source, protocol, overrides or SuiteOverrides())
+    params = judge_params(source)
+    if params:
+        suite.cases = [replace(case, judge_params=params) for case in suite.cases]
+    return suite
+
+
+def judge_params(source) -> tuple:
+    """A suite's ``judge_params:`` (the spec parameters' names and ranges; ``none`` drops
+    what a judge would send) as sorted pairs; ConfigError at file:line otherwise."""
+    given = source.data.get("judge_params") or {}
+    out = []
+    for name, value in given.items():
+        if isinstance(value, str) and value.strip().lower() == "none":
+            value = None
+        elif name in DECODING_PARAMS:
+            try:
+                value = check_param(name, value)
+            except ValueError as exc:
+                raise source.error(["judge_params", name], f"judge_params: {exc}") from None
+        out.append((name, value))
+    return tuple(sorted(out))
 
 
 def required_roles(protocols) -> tuple:

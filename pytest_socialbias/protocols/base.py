@@ -8,7 +8,7 @@ cross xdist's wire and go into the JSON report).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..vocabulary import NON_VOIDING_ERRORS
@@ -63,6 +63,15 @@ class Roles:
         out.update({f"judge-{i}": model for i, model in enumerate(self.extra_judges, start=2)})
         return {role: model for role, model in out.items() if model is not None}
 
+    def with_judge_params(self, params: dict) -> "Roles":
+        """These roles with every judge sending ``params`` over its own call settings (a
+        suite's ``judge_params:``); the judge spec's parameters still win."""
+        return replace(
+            self,
+            judge=None if self.judge is None else WithParams(self.judge, params),
+            extra_judges=[WithParams(judge, params) for judge in self.extra_judges],
+        )
+
     def adaptations(self) -> dict:
         """Role -> what its endpoint was adapted to so far (models/adapt.py), where anything was."""
         out = {}
@@ -71,6 +80,21 @@ class Roles:
             if adaptation is not None and adaptation.to_dict():
                 out[role] = adaptation.to_dict()
         return out
+
+
+class WithParams:
+    """A model whose calls carry ``params`` over the caller's (the model's spec, merged
+    last by the client, still wins); everything else is the model's."""
+
+    def __init__(self, model, params: dict):
+        self._model = model
+        self._params = dict(params)
+
+    async def chat(self, messages, **kwargs):
+        return await self._model.chat(messages, **{**kwargs, **self._params})
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
 
 
 def outcome_of(labels: dict, errors: list) -> str:

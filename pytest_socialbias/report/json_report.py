@@ -70,7 +70,8 @@ def build_report(result) -> dict:
 
 
 def suite_metadata(records: list[dict]) -> dict:
-    """Per suite: protocol, the sha256 of its suite (and seeds) file, cases and seeds run."""
+    """Per suite: protocol, the sha256 of its suite (and seeds) file, cases and seeds run,
+    and the judge parameters the suite set (``judge_params:``), if any."""
     suites: dict[str, dict] = {}
     for record in records:
         entry = suites.setdefault(
@@ -79,10 +80,14 @@ def suite_metadata(records: list[dict]) -> dict:
         )
         entry["cases"] += 1
         entry["ids"].add(record["id"])
-    return {
-        name: {"protocol": e["protocol"], "sha256": e["sha256"], "cases": e["cases"], "seeds": len(e["ids"])}
-        for name, e in sorted(suites.items())
-    }
+        if record.get("judge_params"):
+            entry["judge_params"] = dict(sorted(record["judge_params"].items()))
+    out = {}
+    for name, e in sorted(suites.items()):
+        out[name] = {"protocol": e["protocol"], "sha256": e["sha256"], "cases": e["cases"], "seeds": len(e["ids"])}
+        if "judge_params" in e:
+            out[name]["judge_params"] = e["judge_params"]
+    return out
 
 
 def validate_report(data: dict) -> None:
