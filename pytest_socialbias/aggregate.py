@@ -111,7 +111,9 @@ class Aggregator:
         from .judgecheck import judge_items, summarize
 
         try:
-            answers = self.models.run(judge_items(self.models.model("judge"), self.judge_reference, self.judge_check_usage))
+            answers = self.models.run(judge_items(
+                self.models.model("judge"), self.judge_reference, self.judge_check_usage, self.settings.guidance,
+            ))
         except ConfigError as exc:
             self.note(f"judge check not run: {exc}")
             return None, []

@@ -6,12 +6,23 @@ Each line of the file is a reply with a reference label::
      "provenance": "project-written, not human-annotated"}
 
 ``task`` is ``bias`` (does the reply endorse a stereotype or treat a group unequally?) or
-``refusal`` (does it decline?). The run's own judge labels every line with the same
-prompt template the protocols use, once all cases have finished, through the same cache.
-The report gives, per task, Cohen's kappa and Gwet's AC1 (seeded bootstrap intervals),
-sensitivity and specificity (Wilson intervals), and Rogan-Gladen judge-corrected
-``bias_at_turn@T`` rates with bootstrap intervals that carry the uncertainty of both the
-run and the reference set. Unreadable judge answers are counted, never scored.
+``refusal`` (does it decline?). A ``treatment`` line labels a whole support dialogue for
+BenevDial's three-class treatment judge::
+
+    {"id": "t-01", "task": "treatment", "agent_title": "wellbeing support agent",
+     "turns": [{"speaker": "user", "text": "..."}, {"speaker": "agent", "text": "..."}],
+     "label": "BB"}
+
+(``label`` one of N, OB, BB; ``agent_title`` optional). The run's own judge labels every
+line with the same prompt template the protocols use (the treatment judge with the run's
+``--socialbias-guidance``), once all cases have finished, through the same cache. The
+report gives, per binary task, Cohen's kappa and Gwet's AC1 (seeded bootstrap
+intervals), sensitivity and specificity (Wilson intervals), and Rogan-Gladen
+judge-corrected ``bias_at_turn@T`` rates with bootstrap intervals that carry the
+uncertainty of both the run and the reference set; for the treatment task, the 3 x 3
+confusion matrix, agreement (Wilson), Cohen's kappa and Gwet's multi-category AC1
+(bootstrap) and each class's recall (Wilson). Unreadable judge answers are counted,
+never scored.
 
 ``--socialbias-judge-check=builtin`` uses the small reference set shipped with the plugin
 (``data/judge_reference.jsonl``): written by the project to exercise the judge, NOT
@@ -26,12 +37,20 @@ from pathlib import Path
 from . import prompts, stats
 from .errors import ConfigError, ModelCallError
 from .files import read_jsonl
+from .benevdial.dialogues import as_turn_pairs
 from .judges import judge_binary
+from .judges.treatment import judge_treatment
 from .metrics import catalogue
 from .metrics.rates import DIGITS, group_seed, wilson_interval
+from .vocabulary import CLASSES, DEFAULT_GUIDANCE
 from .vocabulary import JUDGE_CHECK_SUITE as SUITE
 
 TASKS = {"bias": ("judge_bias", "biased"), "refusal": ("judge_refusal", "refusal")}
+#: The three-class task: a whole dialogue, labelled N, OB or BB.
+TREATMENT = "treatment"
+ALL_TASKS = (*TASKS, TREATMENT)
+#: The agent's title when a treatment line gives none.
+DEFAULT_AGENT_TITLE = "support agent"
 SEED = 20251201
 
 
@@ -42,15 +61,24 @@ def load_reference(path: Path, option: str = "--socialbias-judge-check") -> list
     for place, _, item in read_jsonl(path, option, "give a JSONL file of reference labels or `builtin`"):
         if not isinstance(item, dict):
             raise ConfigError(f"{place}: expected a JSON object with id, task, user, reply and label")
-        missing = [k for k in ("id", "task", "user", "reply", "label") if k not in item]
+        needed = ("id", "task", "turns", "label") if item.get("task") == TREATMENT else ("id", "task", "user", "reply", "label")
+        missing = [k for k in needed if k not in item]
         if missing:
-            raise ConfigError(f"{place}: missing {', '.join(missing)}; each line needs id, task, user, reply and label")
+            raise ConfigError(
+                f"{place}: missing {', '.join(missing)}; each line needs id, task, user, reply and label "
+                "(a treatment line: id, task, turns and label)"
+            )
         if not isinstance(item["id"], str) or not item["id"]:
             raise ConfigError(f"{place}: id must be a non-empty string")
         if item["id"] in ids:
             raise ConfigError(f"{place}: duplicate id {item['id']!r}; ids must be unique")
+        if item["task"] == TREATMENT:
+            _check_treatment(place, item)
+            ids.add(item["id"])
+            items.append(item)
+            continue
         if item["task"] not in TASKS:
-            raise ConfigError(f"{place}: task {item['task']!r} unknown; use one of {', '.join(TASKS)}")
+            raise ConfigError(f"{place}: task {item['task']!r} unknown; use one of {', '.join(ALL_TASKS)}")
         if not isinstance(item["user"], str) or not isinstance(item["reply"], str) or not item["reply"].strip():
             raise ConfigError(f"{place}: user and reply must be strings, and the reply not empty")
         if item["label"] not in (0, 1) or isinstance(item["label"], bool):
@@ -62,10 +90,35 @@ def load_reference(path: Path, option: str = "--socialbias-judge-check") -> list
     return items
 
 
-async def judge_items(judge, items: list[dict], usage=None) -> list[dict]:
-    """The judge's label (or its error) for every reference item, in the items' order."""
+def _check_treatment(place: str, item: dict) -> None:
+    turns = item["turns"]
+    if not isinstance(turns, list) or not turns:
+        raise ConfigError(f"{place}: turns must be a non-empty list of {{\"speaker\": \"user\"|\"agent\", \"text\": ...}}")
+    for index, turn in enumerate(turns):
+        if not isinstance(turn, dict) or turn.get("speaker") not in ("user", "agent") or not isinstance(turn.get("text"), str):
+            raise ConfigError(f"{place}: turns[{index}] must be {{\"speaker\": \"user\"|\"agent\", \"text\": ...}}, got {turn!r}")
+    if not any(t["speaker"] == "agent" and t["text"].strip() for t in turns):
+        raise ConfigError(f"{place}: turns has no agent turn with text; the judge classifies the agent's treatment")
+    if item["label"] not in CLASSES:
+        raise ConfigError(f"{place}: a treatment label must be one of {', '.join(CLASSES)}, got {item['label']!r}")
+    if not isinstance(item.get("agent_title", DEFAULT_AGENT_TITLE), str):
+        raise ConfigError(f"{place}: agent_title must be a string")
+
+
+async def judge_items(judge, items: list[dict], usage=None, guidance: str | None = None) -> list[dict]:
+    """The judge's label (or its error) for every reference item, in the items' order;
+    treatment items are classified with ``guidance`` (default operational)."""
 
     async def one(item: dict) -> dict:
+        if item["task"] == TREATMENT:
+            try:
+                verdict = await judge_treatment(
+                    judge, dialogue=as_turn_pairs(item["turns"]), agent_title=item.get("agent_title", DEFAULT_AGENT_TITLE),
+                    guidance=guidance or DEFAULT_GUIDANCE, usage=usage,
+                )
+            except ModelCallError as exc:
+                return {"id": item["id"], "judge": None, "error": str(exc)}
+            return {"id": item["id"], "judge": verdict.cls, "error": verdict.error}
         template, key = TASKS[item["task"]]
         values = {"user_message": item["user"], "reply": item["reply"], "fence": prompts.fence(item["user"], item["reply"])}
         try:
@@ -94,6 +147,14 @@ def summarize(path_text: str, items: list[dict], answers: list[dict], metrics: l
             entry.update(_round(stats.agreement(pairs, seed=group_seed(SUITE, task, None, SEED))))
         tasks.append(entry)
         rows += _metric_rows(task, entry)
+    scored = [i for i in items if i["task"] == TREATMENT]
+    if scored:
+        pairs3 = [(i["label"], by_id[i["id"]]["judge"]) for i in scored if by_id[i["id"]]["judge"] is not None]
+        result = stats.multiclass_agreement(pairs3, CLASSES, seed=group_seed(SUITE, TREATMENT, None, SEED))
+        entry = {"task": TREATMENT, "judge_errors": len(scored) - len(pairs3), **_round(result)}
+        entry["recall"] = {c: (None if r is None else _round(r)) for c, r in result["recall"].items()}
+        tasks.append(entry)
+        rows += _treatment_rows(entry)
     corrected = corrected_rates(metrics, pairs_by_task.get("bias", []))
     provenance = sorted({str(i.get("provenance", "unspecified")) for i in items})
     section = {
@@ -140,6 +201,26 @@ def _metric_rows(task: str, entry: dict) -> list[dict]:
                 "ci_method": metric.interval,
             }
         )
+    return rows
+
+
+def _treatment_rows(entry: dict) -> list[dict]:
+    """The treatment task's rows of suite judge-check (``treatment_judge_kappa``, ...)."""
+    rows = []
+    for metric in catalogue.in_family(SUITE):
+        if not metric.name.startswith("treatment_judge_"):
+            continue
+        name = metric.name[len("treatment_judge_"):]
+        if name.startswith("recall_"):
+            found = entry["recall"].get(name[len("recall_"):].upper())
+            value, low, high, n = (None, None, None, 0) if found is None else (found["value"], found["low"], found["high"], found["n"])
+        else:
+            value, low, high, n = entry.get(name), entry.get(f"{name}_low"), entry.get(f"{name}_high"), entry["n"]
+        rows.append({
+            "suite": SUITE, "metric": metric.name, "category": None, "style": None, "value": value,
+            "ci_low": low if value is not None else None, "ci_high": high if value is not None else None,
+            "n": n, "ci_method": metric.interval,
+        })
     return rows
 
 

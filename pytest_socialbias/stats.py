@@ -559,6 +559,87 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
     return result
 
 
+def _multiclass_kappa_ac1(confusion: list[list[int]]) -> tuple[float, float]:
+    """Cohen's kappa and Gwet's multi-category AC1 of a K x K table (rows: reference)."""
+    k = len(confusion)
+    n = sum(map(sum, confusion))
+    agree = sum(confusion[i][i] for i in range(k))
+    ref = [sum(row) for row in confusion]
+    judge = [sum(confusion[i][j] for i in range(k)) for j in range(k)]
+    # Scaled by n^2: chance agreement sum_k r_k j_k.
+    chance = sum(r * j for r, j in zip(ref, judge))
+    kappa = 1.0 if chance == n * n else (n * agree - chance) / (n * n - chance)
+    # AC1 chance: sum_k pi_k (1 - pi_k) / (K - 1), pi_k = (r_k + j_k) / 2n; scaled by
+    # 4 n^2 (K - 1) it is sum_k s_k (2n - s_k) with s_k = r_k + j_k; at most n^2 4/K < 4 n^2.
+    chance_ac1 = sum((r + j) * (2 * n - (r + j)) for r, j in zip(ref, judge))
+    scale = 4 * n * n * (k - 1)
+    ac1 = (scale * agree / n - chance_ac1) / (scale - chance_ac1)
+    return kappa, ac1
+
+
+def multiclass_agreement(pairs: list[tuple[str, str]], classes: tuple, seed: int, resamples: int = 2000) -> dict:
+    """Agreement of a K-class judge with reference labels; each pair is (reference, judge).
+
+    Returns ``n``; ``confusion``: ``{reference: {judge: count}}`` over ``classes``;
+    ``agreement`` (share of equal labels) with 95% Wilson ends; ``kappa``: Cohen's
+    (po - pe) / (1 - pe), pe = sum_k pr_k pj_k (1.0 when pe == 1, as for two classes);
+    ``ac1``: Gwet's multi-category (po - pe) / (1 - pe), pe = sum_k pi_k (1 - pi_k) / (K -
+    1), pi_k = (pr_k + pj_k) / 2 (never degenerate: pe <= 1/K); both with 95% percentile
+    bootstrap ends over items (seeded); ``recall``: per reference class, the share the
+    judge labels the same, with Wilson ends (None for a class absent from the reference).
+    With no pairs, n is 0 and every value None.
+    """
+    _check_resamples(resamples)
+    classes = tuple(classes)
+    if len(classes) < 2:
+        raise ValueError(f"multiclass_agreement needs at least two classes, got {classes!r}")
+    for index, pair in enumerate(pairs):
+        if len(pair) != 2 or pair[0] not in classes or pair[1] not in classes:
+            raise ValueError(f"pairs[{index}]: expected (reference, judge) in {classes}, got {pair!r}")
+    items = sorted((classes.index(r), classes.index(j)) for r, j in pairs)
+    n = len(items)
+    result: dict = {
+        "n": n, "classes": list(classes), "confusion": None, "agreement": None, "agreement_low": None,
+        "agreement_high": None, "kappa": None, "kappa_low": None, "kappa_high": None, "ac1": None,
+        "ac1_low": None, "ac1_high": None, "recall": {c: None for c in classes},
+    }
+    if n == 0:
+        return result
+
+    def table(sample) -> list[list[int]]:
+        out = [[0] * len(classes) for _ in classes]
+        for r, j in sample:
+            out[r][j] += 1
+        return out
+
+    confusion = table(items)
+    kappa, ac1 = _multiclass_kappa_ac1(confusion)
+    rng = random.Random(seed)
+    kappas, ac1s = [], []
+    for _ in range(resamples):
+        k, a = _multiclass_kappa_ac1(table(rng.choices(items, k=n)))
+        kappas.append(k)
+        ac1s.append(a)
+    kappas.sort()
+    ac1s.sort()
+    agree = sum(confusion[i][i] for i in range(len(classes)))
+    result.update(
+        confusion={c: {d: confusion[i][j] for j, d in enumerate(classes)} for i, c in enumerate(classes)},
+        agreement=agree / n,
+        kappa=kappa,
+        ac1=ac1,
+    )
+    result["agreement_low"], result["agreement_high"] = wilson_interval(agree, n, Z95)
+    result["kappa_low"], result["kappa_high"] = _quantile_ends(kappas, 0.95)
+    result["ac1_low"], result["ac1_high"] = _quantile_ends(ac1s, 0.95)
+    for i, c in enumerate(classes):
+        total = sum(confusion[i])
+        if total:
+            low, high = wilson_interval(confusion[i][i], total, Z95)
+            result["recall"][c] = {"value": confusion[i][i] / total, "low": low, "high": high, "n": total}
+    return result
+
+
 # --------------------------------------------------------------------------- prevalence
 
 

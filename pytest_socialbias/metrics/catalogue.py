@@ -309,3 +309,14 @@ for _task in ("bias", "refusal"):
     ):
         add(Metric(f"{_task}_judge_{_stat}", JUDGE_CHECK_SUITE, STATISTIC, LOWER, f"{_task} judge: {_what}",
                    percent=_percent, in_snapshot=False, statistic_interval=ITEM_BOOTSTRAP if not _percent else WILSON))
+# The three-class treatment judge (reference lines with task: treatment).
+for _stat, _percent, _what in (
+    ("agreement", True, "share of reference dialogues the judge classes as the reference does (N/OB/BB)"),
+    ("kappa", False, "Cohen's kappa over the three classes"),
+    ("ac1", False, "Gwet's multi-category AC1 over the three classes"),
+    ("recall_n", True, "share of reference N dialogues the judge classes N"),
+    ("recall_ob", True, "share of reference OB dialogues the judge classes OB"),
+    ("recall_bb", True, "share of reference BB dialogues the judge classes BB"),
+):
+    add(Metric(f"treatment_judge_{_stat}", JUDGE_CHECK_SUITE, STATISTIC, LOWER, f"treatment judge: {_what}",
+               percent=_percent, in_snapshot=False, statistic_interval=ITEM_BOOTSTRAP if not _percent else WILSON))

@@ -366,6 +366,18 @@ def _judge_check(report: dict):
             ["task", "n", "judge errors", "agreement", "Cohen's \u03ba [95% CI]", "Gwet's AC1 [95% CI]", "sensitivity", "specificity"],
             rows, right={1, 2, 3},
         ))
+    for t in check.get("tasks") or []:
+        if t.get("task") == "treatment" and t.get("confusion"):
+            classes = t.get("classes") or list(t["confusion"])
+            out.append("<h3>Treatment judge: reference class (rows) by judge class (columns)</h3>")
+            out.append(_table(
+                ["reference", *classes, "recall [95% CI]"],
+                [("", [_text(c), *(_text(t["confusion"][c].get(d)) for d in classes),
+                       MISSING if not (t.get("recall") or {}).get(c) else
+                       _value_ci(t["recall"][c]["value"], t["recall"][c]["low"], t["recall"][c]["high"], "treatment_judge_recall_n")])
+                 for c in classes],
+                right=set(range(1, len(classes) + 2)),
+            ))
     corrected = check.get("corrected") or []
     if corrected:
         out.append("<h3>Rates corrected for judge error</h3>")

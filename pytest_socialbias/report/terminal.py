@@ -265,6 +265,9 @@ def judge_check_lines(check: dict) -> list[str]:
         ac1 = num("ac1", True) + ("" if t.get("ac1_low") is None else f" [{t['ac1_low']:.2f}, {t['ac1_high']:.2f}]")
         rows.append([t["task"], str(t["n"]), str(t["judge_errors"]), num("agreement"), kappa, ac1, num("sensitivity"), num("specificity")])
     lines += _table(["task", "n", "unreadable", "agreement", "kappa [95% CI]", "AC1 [95% CI]", "sensitivity", "specificity"], rows)
+    for t in check["tasks"]:
+        if t["task"] == "treatment" and t.get("confusion"):
+            lines += treatment_lines(t)
     corrected = [c for c in check["corrected"] if c["category"] is None and c["style"] is None]
     if corrected:
         lines.append("judge-corrected rates (Rogan-Gladen), overall:")
@@ -280,6 +283,18 @@ def judge_check_lines(check: dict) -> list[str]:
             ],
         )
     return lines
+
+
+def treatment_lines(t: dict) -> list[str]:
+    """The treatment judge's confusion matrix (reference rows) and per-class recall."""
+    classes = t["classes"]
+    rows = []
+    for c in classes:
+        recall = t["recall"].get(c)
+        shown = "-" if recall is None else f"{100 * recall['value']:.1f}% [{100 * recall['low']:.1f}, {100 * recall['high']:.1f}]"
+        rows.append([c, *(str(t["confusion"][c][d]) for d in classes), shown])
+    lines = ["treatment judge, reference (rows) by judge (columns):"]
+    return lines + _table(["reference", *classes, "recall [95% CI]"], rows)
 
 
 def snapshot_lines(result) -> list[str]:
