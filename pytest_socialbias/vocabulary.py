@@ -39,8 +39,13 @@ PERSONA_AXES = ("age", "gender", "race")
 #: Guidance levels of the three-class treatment judge (each adds to the one before).
 GUIDANCE = ("plain", "conceptual", "operational")
 DEFAULT_GUIDANCE = "operational"
-#: Robustness variants of a labelled dialogue in detector mode.
-VARIANTS = ("clean", "fold", "mask", "shuffle")
+#: Robustness variants of a labelled dialogue in detector mode (benevdial/transforms.py):
+#: ``foldmask`` masks cues then folds; ``randmask`` masks as many non-cue words as ``mask``
+#: masks cues (its control). New ones go at the end: cases sort by this order.
+VARIANTS = ("clean", "fold", "mask", "shuffle", "foldmask", "randmask")
+#: Which turns a variant rewrites (suite key ``variant_scope``): agent turns, all turns,
+#: or per operation as in the research setting (fold and shuffle all, mask agent).
+VARIANT_SCOPES = ("agent", "all", "paper")
 #: What a guard judges of a dialogue: an agent turn alone, with the dialogue before it,
 #: or with the user turn it answers.
 GUARD_UNITS = ("turn", "context", "exchange")

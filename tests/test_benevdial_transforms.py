@@ -75,6 +75,9 @@ def make_dialogue(**extra) -> dict:
         ("👍🏽 Nice 😊 work 🎉", "Nice work"),
         ("😊", ""),
         ("Hi\n😊 there", "Hi\nthere"),
+        # ":" is folded too, so the "D" of "Note:Do" (not an emoticon) stays after it.
+        ("Note:Do this", "Note. Do this"),
+        ("note:(a) holds", "note.(a) holds"),
     ],
 )
 def test_fold_examples(text, expected):
@@ -83,7 +86,7 @@ def test_fold_examples(text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    ["e.g. this. 3.14 is pi.", "Note:Do this", "see http://example.com/a", "at 10:30 ok", "note:(a) holds", "x<3", ""],
+    ["e.g. this. 3.14 is pi.", "see http://example.com/a", "at 10:30 ok", "x<3", ""],
 )
 def test_fold_leaves_plain_text_alone(text):
     assert fold_punctuation(text) == text
@@ -91,6 +94,7 @@ def test_fold_leaves_plain_text_alone(text):
 
 ALPHABET = list("abcdeXYZ 019") + list("!?.… :)") + [
     "😊", "👍🏽", "❤️", "🎉", "‽", "\n", "(", ":", "D", "<3", ";-)", "3",
+    ",", ";", '"', "“", "”", "'", "‘", "’", "-", " - ", "--", "–", "—", "...",
 ]
 
 
@@ -100,7 +104,9 @@ def test_fold_is_idempotent_and_leaves_no_affective_mark():
         text = "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 60)))
         once = fold_punctuation(text)
         assert fold_punctuation(once) == once, text
-        assert not set(once) & set("!?…‽😊🎉"), (text, once)
+        assert not set(once) & set("!?…‽😊🎉;\"“”'‘’—"), (text, once)
+        # "," ":" "–" survive only between two digits ("3,000", "10:30", "3–5").
+        assert not re.search(r"(?<!\d)[,:–]|[,:–](?!\d)|--", once), (text, once)
         # A smiley is kept only when glued to a following letter or digit ("note:(a)").
         assert not re.search(r"[:;]-?\)(?![A-Za-z0-9])", once) and "..." not in once, (text, once)
 
@@ -208,7 +214,7 @@ def test_transform_clean_is_identity_plus_variant():
 def test_transform_fold_mask_shuffle_agent_turns():
     dialogue = make_dialogue()
     folded = transform_dialogue(dialogue, "fold", seed=0)
-    assert folded["turns"][1]["text"] == "Oh dear Don't worry, sweetie. Just rest"
+    assert folded["turns"][1]["text"] == "Oh dear Don.t worry. sweetie. Just rest"
     assert folded["turns"][0]["text"] == "I can't sleep!! Just tell me what to do, dear?"
     masked = transform_dialogue(dialogue, "mask", seed=0, cues=CUES)
     assert masked["turns"][1]["text"] == "Oh [MASK] :) [MASK], [MASK]!!! [MASK] rest 😊"

@@ -1,8 +1,9 @@
 """BenevDial detector mode: how well do judges, ensembles and guards see benevolent bias?
 
 One case is one labelled dialogue (docs/dialogues-format.md) in one variant (``clean``, or
-a robustness transformation of its agent turns: ``fold``, ``mask``, ``shuffle``). Every
-configured detector reads it:
+a robustness transformation of its turns: ``fold``, ``mask``, ``shuffle``, ``foldmask``,
+``randmask``; of its agent turns unless the suite's ``variant_scope`` says ``all`` or
+``paper``, benevdial/transforms.py). Every configured detector reads it:
 
 * each ``--judge`` (the three-class treatment judge at the suite's guidance, with or
   without demographics): detector ``judge`` (or ``judge-1``, ``judge-2``, ... when there
@@ -82,7 +83,10 @@ async def run_detect(case, roles, usage) -> dict:
     options = extra["options"]
     conditions = extra.get("conditions")
     variant = case.style or "clean"
-    dialogue = transform_dialogue(extra["dialogue"], variant, seed=options["variant_seed"], cues=extra.get("cues", ()))
+    dialogue = transform_dialogue(
+        extra["dialogue"], variant, seed=options["variant_seed"], cues=extra.get("cues", ()),
+        scope=options["variant_scope"],
+    )
     pairs = [{"user": t["user"], "assistant": t["assistant"]} for t in as_turn_pairs(dialogue["turns"])]
     judges = [roles.judge] + list(roles.extra_judges) if roles.judge is not None else []
     guard = roles.guard if options.get("use_guard", True) else None
@@ -161,9 +165,10 @@ async def run_detect(case, roles, usage) -> dict:
 
 # --------------------------------------------------------------------------- suite files
 
-#: Seed of the shuffle variant when the suite does not say.
+#: Seed of the shuffle and randmask variants when the suite does not say.
 VARIANT_SEED = 20251130
-KEYS = ("dialogues", "conditions", "variants", "cues", "variant_seed", "guidance", "judge_demographics", "guard_unit")
+KEYS = ("dialogues", "conditions", "variants", "variant_scope", "cues", "variant_seed", "guidance",
+        "judge_demographics", "guard_unit")
 
 
 def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
@@ -187,15 +192,19 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
         conditions = load_conditions_of(source)[0]
     variants = tuple(data.get("variants", VARIANTS))
     cues: tuple = ()
-    if "mask" in variants:
+    from ..benevdial.transforms import DEFAULT_VARIANT_SCOPE, NEEDS_CUES
+
+    masking = [v for v in variants if v in NEEDS_CUES]
+    if masking:
         from ..benevdial.transforms import load_cues
 
         if "cues" not in data:
-            raise source.error(["variants"], "the mask variant needs `cues: FILE` (one cue per line)")
+            raise source.error(["variants"], f"the {' and '.join(masking)} variant(s) need `cues: FILE` (one cue per line)")
         cues = load_cues((path.parent / data["cues"]).resolve())
     options = {
         **judge_options(source, overrides),
         "variant_seed": data.get("variant_seed", VARIANT_SEED),
+        "variant_scope": data.get("variant_scope", DEFAULT_VARIANT_SCOPE),
         "guard_unit": overrides.guard_unit or data.get("guard_unit"),  # None: the guard's own
     }
     digest = source.digest(dialogues_path)
