@@ -69,6 +69,33 @@ def _cache_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _markers_configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, metavar="FILE", help="dialogue JSONL file (docs/dialogues-format.md); class optional")
+    parser.add_argument("--json", type=Path, metavar="PATH", dest="json_path", help="also write the table as JSON to PATH")
+    parser.add_argument(
+        "--by", metavar="FIELD", help="also one table per value of this record field (e.g. generator, role, user.age)"
+    )
+
+
+def _markers_run(args: argparse.Namespace) -> int:
+    from .benevdial.markers import markers_report
+
+    print(markers_report(args.file, by=args.by, json_path=args.json_path))
+    return 0
+
+
+def _quality_configure(parser: argparse.ArgumentParser) -> None:
+    from .benevdial.quality import add_arguments
+
+    add_arguments(parser)
+
+
+def _quality_run(args: argparse.Namespace) -> int:
+    from .benevdial.quality import run
+
+    return run(args)
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "generate-benevdial": Subcommand(
         help="generate labelled BenevDial dialogues (N, OB, BB) with generator models",
@@ -79,6 +106,18 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         help="tools for the record/replay cache (verify)",
         configure=_cache_configure,
         run=_cache_run,
+    ),
+    "markers": Subcommand(
+        help="surface markers of patronising talk in a dialogue file, no judge or guard: means per "
+        "class, Cohen's d against N with its confidence interval",
+        configure=_markers_configure,
+        run=_markers_run,
+    ),
+    "quality": Subcommand(
+        help="dataset quality of a labelled dialogue file: MTLD, Self-BLEU-4 and Vendi (n-gram kernel), "
+        "per class and per generator x class",
+        configure=_quality_configure,
+        run=_quality_run,
     ),
 }
 

@@ -78,7 +78,7 @@ class Script:
         return Reply(dialogue_text(cls, req.model, variant=draw + len(prompt)))
 
 
-def load_lines(path: Path) -> list[dict]:
+def load_lines(path: Path, style: str = "ours") -> list[dict]:
     """The written file, validated by the project's loader when it exists, else here."""
     try:
         from pytest_socialbias.benevdial.dialogues import load_dialogues
@@ -93,7 +93,7 @@ def load_lines(path: Path) -> list[dict]:
         assert d["class"] in CLASSES and d["role"] in ("wellbeing", "lifestyle")
         assert set(d["user"]) == {"age", "gender", "race", "ability"}
         assert d["agent"] is None or set(d["agent"]) == {"age", "gender", "race"}
-        assert d["source"] == "generated" and isinstance(d["generator"], str)
+        assert d["source"] == f"generated:{style}" and isinstance(d["generator"], str)
         assert all(t["speaker"] in ("user", "agent") and t["text"] for t in d["turns"])
     assert len({d["id"] for d in lines}) == len(lines)
     return lines
@@ -149,6 +149,15 @@ def test_generates_balanced_labelled_dialogues_retries_once_and_resumes_from_cac
         summary = err.strip().splitlines()[-1]
         assert "wrote 9 dialogues" in summary and "(N 3, OB 3, BB 3)" in summary
         assert "discarded 3 (malformed 3)" in summary and "0 cache hits" in summary
+        assert "in ours style" in summary
+
+        # The quality statistics of what was written: stderr lines before the summary, and
+        # the JSON file beside the output.
+        quality = json.loads((tmp_path / "out.quality.json").read_text())
+        assert quality["style"] == "ours" and quality["dialogues"] == 9
+        assert {cls: cell["n"] for cls, cell in quality["classes"].items()} == {"N": 3, "OB": 3, "BB": 3}
+        assert "generate-benevdial: quality N: n 3; MTLD " in err
+        assert f"quality statistics written to {tmp_path / 'out.quality.json'}" in err
 
         # The generation settings (docs/benevdial.md) reach the server.
         params = server.requests[0].params

@@ -8,6 +8,18 @@ BB (disparate, warm), from the ``benevdial_generate`` prompt. Every condition is
 all three classes, so the demographics say nothing about the class; generators take
 turns over the dialogues in a fixed rotation, so no generator is tied to one class.
 
+Two styles (``--style``). ``ours`` (the default) is the above, with the ``benevdial_generate``
+prompt, which instructs every class including N (uniform treatment). ``paper`` follows the
+BenevDial paper: class N gets no instruction about treatment at all (only roles,
+demographics and the request; ``benevdial_generate_paper``), every generator writes every
+condition in every class (a full crossing; ids then end in ``-g1``, ``-g2``... when there is
+more than one generator), and temperature 0.6 / top-p 0.9 are the defaults of that style.
+Each record's ``source`` names the style (``generated:ours``, ``generated:paper``).
+
+After writing, the dataset quality statistics (quality.py: MTLD, Self-BLEU-4, Vendi with
+an n-gram kernel) per class and per generator x class go to stderr and to a JSON file,
+``NAME.quality.json`` beside ``NAME.jsonl`` unless ``--quality-json`` says otherwise.
+
 The reply must be ``User:`` / ``Agent:`` lines (``parse_turns``). A reply that cannot be
 read gets one more draw (sample 1: a different cache key), then its dialogue is
 discarded and reported, never written; so is a dialogue whose model call failed for good.
@@ -21,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -38,9 +51,19 @@ from ..errors import ConfigError, ModelCallError
 from ..models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import CLASSES
+from . import quality
 from .conditions import Condition, Conditions, load_conditions, sample_conditions
 
 TEMPLATE = "benevdial_generate"
+#: The prompt template of each style; their ids differ, so do their cache keys.
+TEMPLATES = {"ours": TEMPLATE, "paper": "benevdial_generate_paper"}
+STYLES = tuple(TEMPLATES)
+#: Decoding defaults per style (an explicit --temperature / --top-p, or a spec's own
+#: parameter, wins). The paper's are temperature 0.6 and top-p 0.9.
+STYLE_DEFAULTS = {
+    "ours": {"temperature": 0.6, "top_p": 0.9},
+    "paper": {"temperature": 0.6, "top_p": 0.9},
+}
 ROLE = "generator"
 OPTION = "--generator"
 #: Draws per dialogue: the first, and one more when the first cannot be read.
@@ -97,7 +120,7 @@ def parse_turns(text: str, user_label: str | None = None, agent_title: str | Non
     out = [{"speaker": t["speaker"], "text": "\n".join(x for x in t["lines"] if x).strip()} for t in turns]
     if out[0]["speaker"] != "user":
         return [], "the dialogue starts with an agent turn, not the user"
-    for number, (before, turn) in enumerate(zip(out, out[1:]), start=2):
+    for number, (before, turn) in enumerate(itertools.pairwise(out), start=2):
         if before["speaker"] == turn["speaker"]:
             return [], f"turn {number} is a second {turn['speaker']} turn in a row (turns must alternate)"
     for number, turn in enumerate(out, start=1):
@@ -121,10 +144,12 @@ class Job:
     condition: Condition
     cls: str
     generator: int  # index into the generator list
+    style: str = "ours"
+    tag: str = ""  # id suffix, "-g1", "-g2"...: paper style with more than one generator
 
     @property
     def id(self) -> str:
-        return f"{self.cls.lower()}-{self.condition.id}"
+        return f"{self.cls.lower()}-{self.condition.id}{self.tag}"
 
 
 def _derived_seed(seed: int, *labels: str) -> int:
@@ -162,9 +187,21 @@ def pick_conditions(conditions: Conditions, per_class: int, seed: int) -> list[C
     return sorted(kept, key=lambda c: c.id)
 
 
-def plan_jobs(conditions: list[Condition], generators: int) -> list[Job]:
-    """Every condition in all three classes; condition i's class k goes to generator
-    (i + k) mod G, so each generator gets an even share of every class."""
+def plan_jobs(conditions: list[Condition], generators: int, style: str = "ours") -> list[Job]:
+    """Every condition in all three classes.
+
+    ``ours``: condition i's class k goes to generator (i + k) mod G, so each generator
+    gets an even share of every class. ``paper``: every generator writes every condition
+    in every class (3 x conditions x G jobs); with G > 1 the ids end in ``-g<k>`` (k from 1,
+    in the order the generators were given) so they stay unique.
+    """
+    if style == "paper":
+        return [
+            Job(condition, cls, g, "paper", f"-g{g + 1}" if generators > 1 else "")
+            for condition in conditions
+            for cls in CLASSES
+            for g in range(generators)
+        ]
     return [
         Job(condition, cls, (i + k) % generators)
         for i, condition in enumerate(conditions)
@@ -172,8 +209,19 @@ def plan_jobs(conditions: list[Condition], generators: int) -> list[Job]:
     ]
 
 
+def class_values(template: prompts.Template, job: Job) -> dict:
+    """The class placeholder of the job's template: ``class_instruction`` (ours, every
+    class), or ``class_section`` (paper: empty for N, the class text after a blank line
+    for OB and BB)."""
+    if job.style == "paper":
+        if job.cls == "N":
+            return {"class_section": ""}
+        return {"class_section": "\n\n" + template.extras[f"class_{job.cls}"].strip()}
+    return {"class_instruction": template.extras[f"class_{job.cls}"].strip()}
+
+
 def render_messages(conditions: Conditions, job: Job, turns: int) -> list[dict]:
-    template = prompts.load(TEMPLATE)
+    template = prompts.load(TEMPLATES[job.style])
     condition = job.condition
     role = conditions.roles[condition.role]
     need = role.need(condition.need)
@@ -189,13 +237,14 @@ def render_messages(conditions: Conditions, job: Job, turns: int) -> list[dict]:
         profile=conditions.profile_text(condition.profile),
         request=need.request,
         follow_ups="\n".join(f"- {q}" for q in need.follow_ups),
-        class_instruction=template.extras[f"class_{job.cls}"].strip(),
         turns=turns,
+        **class_values(template, job),
     )
 
 
 def dialogue_record(job: Job, turns: list[dict], generator: str) -> dict:
-    """One line of the labelled dialogue format (docs/dialogues-format.md)."""
+    """One line of the labelled dialogue format (docs/dialogues-format.md); ``source``
+    is ``generated:<style>`` (the schema allows no other field for it)."""
     c = job.condition
     persona = c.persona
     return {
@@ -206,7 +255,7 @@ def dialogue_record(job: Job, turns: list[dict], generator: str) -> dict:
         "user": {"age": c.profile.age, "gender": c.profile.gender, "race": c.profile.race, "ability": c.profile.ability},
         "agent": None if persona is None else {"age": persona.age, "gender": persona.gender, "race": persona.race},
         "turns": turns,
-        "source": "generated",
+        "source": f"generated:{job.style}",
         "generator": generator,
     }
 
@@ -233,9 +282,23 @@ class GenerateOptions:
     cache_dir: Path = Path(".socialbias")
     record: str = "new"
     concurrency: int = 8
-    temperature: float = 0.6
-    top_p: float = 0.9
+    temperature: float | None = None  # None: the style's default (STYLE_DEFAULTS)
+    top_p: float | None = None
     max_tokens: int = 900
+    style: str = "ours"
+    quality: bool = True
+    quality_json: Path | None = None  # None: NAME.quality.json beside --out
+
+    def decoding(self) -> dict:
+        """temperature and top_p: the explicit values, else the style's defaults."""
+        defaults = STYLE_DEFAULTS[self.style]
+        return {
+            "temperature": defaults["temperature"] if self.temperature is None else self.temperature,
+            "top_p": defaults["top_p"] if self.top_p is None else self.top_p,
+        }
+
+    def quality_path(self) -> Path:
+        return self.quality_json or quality.default_json_path(self.out)
 
 
 @dataclass
@@ -243,6 +306,7 @@ class GenerateResult:
     outcomes: list[Outcome] = field(default_factory=list)
     calls: int = 0
     hits: int = 0
+    style: str | None = None
 
     @property
     def written(self) -> list[dict]:
@@ -261,7 +325,7 @@ def _cli_words(text: str) -> str:
 async def generate_one(model: Model, conditions: Conditions, job: Job, turns: int) -> Outcome:
     role = conditions.roles[job.condition.role]
     messages = render_messages(conditions, job, turns)
-    template_id = prompts.load(TEMPLATE).id
+    template_id = prompts.load(TEMPLATES[job.style]).id
     problems = []
     for sample in range(DRAWS):
         try:
@@ -372,6 +436,14 @@ def check_paths(options: GenerateOptions) -> None:
         raise ConfigError(f"--out={out}: is a folder; give a file name such as {out / 'dialogues.jsonl'}")
     if not out.parent.is_dir():
         raise ConfigError(f"--out={out}: the folder {out.parent} does not exist; create it first")
+    if options.quality:
+        path = options.quality_path()
+        if path.resolve() == out.resolve():
+            raise ConfigError(f"--quality-json={path}: is the --out file; give another name")
+        if path.is_dir():
+            raise ConfigError(f"--quality-json={path}: is a folder; give a file name such as {path / 'quality.json'}")
+        if not path.parent.is_dir():
+            raise ConfigError(f"--quality-json={path}: the folder {path.parent} does not exist; create it first")
 
 
 def summary_line(result: GenerateResult, out: Path) -> str:
@@ -379,7 +451,8 @@ def summary_line(result: GenerateResult, out: Path) -> str:
     per_class = ", ".join(f"{cls} {sum(r['class'] == cls for r in written)}" for cls in CLASSES)
     discarded = result.discarded
     where = f"to {out}" if written else f"(nothing written; {out} left as it was)"
-    text = f"generate-benevdial: wrote {len(written)} dialogues {where} ({per_class}); discarded {len(discarded)}"
+    style = f" in {result.style} style" if result.style else ""
+    text = f"generate-benevdial: wrote {len(written)} dialogues {where} ({per_class}){style}; discarded {len(discarded)}"
     if discarded:
         kinds = {"malformed": 0, "model call failed": 0}
         for outcome in discarded:
@@ -394,6 +467,8 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
     stderr = stderr or sys.stderr
     if options.record not in RECORD_MODES:
         raise ConfigError(f"--record={options.record!r}: expected one of {', '.join(RECORD_MODES)}")
+    if options.style not in STYLES:
+        raise ConfigError(f"--style={options.style!r}: expected one of {', '.join(STYLES)}")
     specs = parse_generators(options.generators)
     check_paths(options)
     conditions = load_conditions(options.conditions)
@@ -406,9 +481,9 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
             raise ConfigError(_cli_words(str(exc))) from None
     try:
         settings = ModelSettings(cache=cache, concurrency=options.concurrency)
-        defaults = {"temperature": options.temperature, "top_p": options.top_p, "max_tokens": options.max_tokens}
+        defaults = {**options.decoding(), "max_tokens": options.max_tokens}
         models = [Model(ROLE, spec, OPTION, settings, defaults=defaults) for spec in specs]
-        jobs = plan_jobs(picked, len(models))
+        jobs = plan_jobs(picked, len(models), options.style)
         progress = Progress(len(jobs), stderr)
         try:
             result = asyncio.run(generate(options, conditions, jobs, models, settings, progress))
@@ -426,11 +501,24 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
             cache.close()
     for outcome in result.discarded:
         print(f"generate-benevdial: discarded {outcome.id}: {outcome.reason}", file=stderr)
+    result.style = options.style
     written = result.written
     if written:
         write_jsonl(options.out, written)
+        if options.quality:
+            report_quality(options, written, stderr)
     print(summary_line(result, options.out), file=stderr)
     return 0 if written else 1
+
+
+def report_quality(options: GenerateOptions, written: list[dict], stderr) -> None:
+    """The quality statistics of what was written: stderr lines and the JSON file."""
+    path = options.quality_path()
+    report = quality.quality_report(written, seed=options.seed, source=str(options.out), style=options.style)
+    quality.write_json(path, report)
+    for line in quality.summary_lines(report, prefix="generate-benevdial: quality"):
+        print(line, file=stderr)
+    print(f"generate-benevdial: quality statistics written to {path}", file=stderr)
 
 
 # --------------------------------------------------------------------------- CLI wiring
@@ -466,7 +554,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--generator", action="append", required=True, metavar="SPEC", dest="generators",
         help="generator model spec, e.g. openai:gpt-4o-mini (repeatable: the dialogues are "
-        "shared evenly among the generators)",
+        "shared evenly among the generators; with --style=paper every generator writes them all)",
+    )
+    parser.add_argument(
+        "--style", choices=STYLES, default="ours",
+        help="ours (default): every class, N included, gets a treatment instruction and the work is "
+        "shared among the generators; paper: as in the BenevDial paper, N gets no treatment "
+        "instruction, every generator writes every condition, temperature 0.6 and top-p 0.9",
     )
     parser.add_argument("--out", required=True, type=Path, metavar="FILE.jsonl", help="where to write the labelled dialogues")
     parser.add_argument(
@@ -475,7 +569,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--per-class", type=_whole(1), default=10, metavar="N", dest="per_class",
-        help="dialogues per class (default 10); each sampled condition is written as N, OB and BB",
+        help="conditions per class (default 10); each sampled condition is written as N, OB and BB "
+        "(with --style=paper by every generator, so N x generators dialogues per class)",
     )
     parser.add_argument("--turns", type=_whole(MIN_TURNS_EACH), default=4, metavar="K", help="exchanges per dialogue (default 4)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed for sampling the conditions (default 0)")
@@ -485,9 +580,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="none = replay only; new = replay hits, record misses (default); all = re-record everything; off = no cache",
     )
     parser.add_argument("--concurrency", type=_whole(1), default=8, metavar="N", help="requests in flight (default 8)")
-    parser.add_argument("--temperature", type=_number(0.0, 2.0), default=0.6, metavar="T", help="sampling temperature (default 0.6; a spec's own ?temperature= wins)")
-    parser.add_argument("--top-p", type=_number(0.0, 1.0), default=0.9, dest="top_p", metavar="P", help="nucleus sampling top-p (default 0.9)")
+    parser.add_argument("--temperature", type=_number(0.0, 2.0), default=None, metavar="T", help="sampling temperature (default 0.6 in both styles; a spec's own ?temperature= wins)")
+    parser.add_argument("--top-p", type=_number(0.0, 1.0), default=None, dest="top_p", metavar="P", help="nucleus sampling top-p (default 0.9 in both styles)")
     parser.add_argument("--max-tokens", type=_whole(1), default=900, dest="max_tokens", metavar="N", help="most tokens per generated dialogue (default 900)")
+    parser.add_argument(
+        "--quality-json", type=Path, default=None, dest="quality_json", metavar="PATH",
+        help="where to write the quality statistics (MTLD, Self-BLEU-4, n-gram Vendi) of the written "
+        "set (default: NAME.quality.json beside --out NAME.jsonl)",
+    )
+    parser.add_argument("--no-quality", action="store_false", dest="quality", help="skip the quality statistics")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -504,5 +605,8 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         top_p=args.top_p,
         max_tokens=args.max_tokens,
+        style=args.style,
+        quality=args.quality,
+        quality_json=args.quality_json,
     )
     return run_generate(options)

@@ -1,0 +1,557 @@
+"""Quality statistics of a labelled BenevDial dialogue set (docs/benevdial.md).
+
+Three measures of how varied a generated set is, for every class and for every
+generator x class cell:
+
+* **MTLD** (lexical diversity of one dialogue, averaged over the cell);
+* **Self-BLEU-4** (how much the dialogues of a cell repeat each other; lower is more varied);
+* **Vendi score** with an n-gram kernel (the effective number of distinct dialogues).
+
+Every statistic reads the same text: all turns of the dialogue, user and agent alike, in
+order, without speaker labels, split by ``tokens`` into lowercased word tokens (runs of
+letters and digits, apostrophes inside a word kept; punctuation dropped).
+
+``python -m pytest_socialbias.benevdial.quality FILE.jsonl [--json PATH] [--seed N]`` runs
+them on an existing file; ``generate-benevdial`` runs them on what it wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+from ..vocabulary import CLASSES
+
+FORMAT = "benevdial-quality/1"
+
+MTLD_THRESHOLD = 0.72
+BLEU_MAX_N = 4
+BLEU_EPSILON = 0.1
+BLEU_TRUNCATE = 200
+SELF_BLEU_HYPOTHESES = 300
+SELF_BLEU_REFERENCES = 100
+SELF_BLEU_POOL = 2000
+SELF_BLEU_SEEDS = 5
+VENDI_NGRAMS = (1, 2)
+VENDI_MAX = 5000
+#: Without numpy, the Vendi eigenvalues come from a pure-Python Jacobi solver; beyond this
+#: many dialogues it would be too slow, and the score is left out (null, with the reason).
+VENDI_PURE_PYTHON_MAX = 100
+
+KERNEL = "ngram-cosine"
+KERNEL_NOTE = (
+    "cosine similarity of 1-2-gram count vectors: a stand-in for the paper's bert-base [CLS] "
+    "cosine kernel (no model weights are downloaded); values are not comparable with the paper's"
+)
+SMOOTHING = "method1: a zero n-gram match count becomes epsilon 0.1 (Chen and Cherry 2014, NLTK method1)"
+TEXT_NOTE = "all turns (user and agent), no speaker labels; lowercased word tokens, punctuation dropped"
+
+_TOKEN_RE = re.compile(r"[^\W_]+(?:['\u2019][^\W_]+)*")
+
+
+def tokens(text: str) -> list[str]:
+    """Lowercased word tokens: runs of letters and digits, with inner apostrophes kept."""
+    return _TOKEN_RE.findall(text.lower())
+
+
+def dialogue_tokens(record: dict) -> list[str]:
+    """The tokens of all turns of a dialogue record, in order, without speaker labels."""
+    return [token for turn in record["turns"] for token in tokens(turn["text"])]
+
+
+def _rng(seed: int, *labels: str) -> random.Random:
+    text = "\x1f".join([str(seed), *labels])
+    return random.Random(int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big"))
+
+
+# --------------------------------------------------------------------------- MTLD
+
+
+def _mtld_pass(words: list[str], threshold: float) -> float | None:
+    """One directional MTLD pass.
+
+    Walk the tokens keeping a running type-token ratio (TTR). Each time the TTR drops to
+    the threshold or below, one full factor is counted and the running counts start again
+    at the next token. What is left at the end counts as a partial factor, the share of
+    the way from TTR 1 down to the threshold that it got: (1 - TTR) / (1 - threshold).
+    The pass value is the number of tokens divided by the number of factors; None when
+    there are no factors at all (every token is new, so there is nothing to measure).
+    """
+    factors = 0.0
+    seen: set[str] = set()
+    count = 0
+    ttr = 1.0
+    for word in words:
+        count += 1
+        seen.add(word)
+        ttr = len(seen) / count
+        if ttr <= threshold:
+            factors += 1
+            seen = set()
+            count = 0
+            ttr = 1.0
+    factors += (1.0 - ttr) / (1.0 - threshold)
+    if factors <= 0:
+        return None
+    return len(words) / factors
+
+
+def mtld(words: list[str], threshold: float = MTLD_THRESHOLD) -> float | None:
+    """Measure of Textual Lexical Diversity, bidirectional.
+
+    After McCarthy and Jarvis (2010, Behavior Research Methods 42(2)): the mean length of
+    word runs that keep the type-token ratio above the threshold (0.72), computed once
+    from the first token forwards and once from the last token backwards, and averaged.
+    None when either pass has no factor (an empty text, or one in which no word repeats).
+    """
+    forward = _mtld_pass(words, threshold)
+    backward = _mtld_pass(words[::-1], threshold)
+    if forward is None or backward is None:
+        return None
+    return (forward + backward) / 2
+
+
+# --------------------------------------------------------------------------- BLEU
+
+
+def _ngrams(words: list[str], n: int) -> Counter:
+    return Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
+
+
+def _bleu(hyp: list[str], hyp_grams: list[Counter], clip, ref_lengths) -> float:
+    """Sentence BLEU-4 of one hypothesis on a 0-1 scale.
+
+    ``clip(n, gram)`` gives the largest count of the n-gram in any one reference (the
+    clipping limit of modified precision); ``ref_lengths`` are the reference lengths.
+    Uniform weights over 1- to 4-gram precisions, geometric mean; an order with no match
+    gets epsilon 0.1 in place of its zero numerator (smoothing method 1), and no unigram
+    match at all gives 0. Brevity penalty exp(1 - r/c) when the hypothesis length c is
+    not longer than r, the reference length closest to c (the shorter one on a tie).
+    """
+    c = len(hyp)
+    if c == 0:
+        return 0.0
+    logs = 0.0
+    for n in range(1, BLEU_MAX_N + 1):
+        grams = hyp_grams[n - 1]
+        matched = sum(min(count, clip(n, gram)) for gram, count in grams.items())
+        total = max(1, sum(grams.values()))
+        if matched == 0:
+            if n == 1:
+                return 0.0
+            logs += math.log(BLEU_EPSILON / total)
+        else:
+            logs += math.log(matched / total)
+    r = min(ref_lengths, key=lambda length: (abs(length - c), length))
+    penalty = 1.0 if c > r else math.exp(1 - r / c)
+    return penalty * math.exp(logs / BLEU_MAX_N)
+
+
+def bleu(hypothesis: list[str], references: list[list[str]]) -> float:
+    """BLEU-4 (0-100) of one tokenised hypothesis against tokenised references, as in
+    ``_bleu`` (no truncation here)."""
+    if not references:
+        raise ValueError("BLEU needs at least one reference")
+    ref_grams = [[_ngrams(ref, n) for n in range(1, BLEU_MAX_N + 1)] for ref in references]
+
+    def clip(n, gram):
+        return max(grams[n - 1].get(gram, 0) for grams in ref_grams)
+
+    hyp_grams = [_ngrams(hypothesis, n) for n in range(1, BLEU_MAX_N + 1)]
+    return 100 * _bleu(hypothesis, hyp_grams, clip, [len(ref) for ref in references])
+
+
+def self_bleu(
+    texts: list[list[str]],
+    *,
+    seed: int = 0,
+    label: str = "",
+    hypotheses: int = SELF_BLEU_HYPOTHESES,
+    references: int = SELF_BLEU_REFERENCES,
+    pool: int = SELF_BLEU_POOL,
+    seeds: int = SELF_BLEU_SEEDS,
+    truncate: int = BLEU_TRUNCATE,
+) -> dict:
+    """Self-BLEU-4 of a set of tokenised dialogues, 0-100 (lower: less repetition).
+
+    Every text is cut to its first ``truncate`` words. A seeded sample of ``pool`` texts is
+    drawn (all of them when there are fewer). When the pool holds at least
+    ``hypotheses + references`` texts, each of ``seeds`` seeded draws takes ``hypotheses``
+    texts as hypotheses and a disjoint ``references`` texts as the references of every
+    hypothesis; the value is the mean over hypotheses, then over draws. In a smaller pool
+    every hypothesis (``hypotheses`` of them per draw, or the whole pool) is scored
+    against all the other texts of the pool; when the whole pool is hypotheses the draws
+    would all be the same, so there is one. ``label`` enters the seeds (one per cell).
+    Returns ``{"value", "n", "hypotheses", "references", "draws", "mode"}``; value None
+    below two texts.
+    """
+    n = len(texts)
+    out = {"value": None, "n": n, "hypotheses": 0, "references": 0, "draws": 0, "mode": None}
+    if n < 2:
+        return out
+    cut = [text[:truncate] for text in texts]
+    if n > pool:
+        cut = _rng(seed, "self-bleu-pool", label).sample(cut, pool)
+    size = len(cut)
+    grams = [[_ngrams(text, k) for k in range(1, BLEU_MAX_N + 1)] for text in cut]
+    lengths = [len(text) for text in cut]
+    values = []
+    if size >= hypotheses + references:
+        for draw in range(seeds):
+            order = _rng(seed, "self-bleu", label, str(draw)).sample(range(size), hypotheses + references)
+            hyps, refs = order[:hypotheses], order[hypotheses:]
+            limit: list[dict] = [{} for _ in range(BLEU_MAX_N)]
+            for r in refs:
+                for k in range(BLEU_MAX_N):
+                    table = limit[k]
+                    for gram, count in grams[r][k].items():
+                        if count > table.get(gram, 0):
+                            table[gram] = count
+            ref_lengths = [lengths[r] for r in refs]
+
+            def clip(k, gram, limit=limit):
+                return limit[k - 1].get(gram, 0)
+
+            values.append(sum(_bleu(cut[h], grams[h], clip, ref_lengths) for h in hyps) / len(hyps))
+        out.update(hypotheses=hypotheses, references=references, mode="sampled")
+    else:
+        # Leave one out: for each n-gram, the largest count in any text and the runner-up,
+        # so the largest count among the texts other than the hypothesis is one look-up.
+        top: list[dict] = [{} for _ in range(BLEU_MAX_N)]
+        for index in range(size):
+            for k in range(BLEU_MAX_N):
+                table = top[k]
+                for gram, count in grams[index][k].items():
+                    best, where, second = table.get(gram, (0, -1, 0))
+                    if count > best:
+                        table[gram] = (count, index, best)
+                    elif count > second:
+                        table[gram] = (best, where, count)
+        draws = 1 if size <= hypotheses else seeds
+        for draw in range(draws):
+            hyps = range(size) if size <= hypotheses else _rng(seed, "self-bleu", label, str(draw)).sample(range(size), hypotheses)
+            total = 0.0
+            for h in hyps:
+                def clip(k, gram, h=h):
+                    best, where, second = top[k - 1].get(gram, (0, -1, 0))
+                    return second if where == h else best
+
+                others = lengths[:h] + lengths[h + 1 :]
+                total += _bleu(cut[h], grams[h], clip, others)
+            values.append(total / len(hyps))
+        out.update(hypotheses=min(size, hypotheses), references=size - 1, mode="leave-one-out")
+    out["value"] = 100 * sum(values) / len(values)
+    out["draws"] = len(values)
+    return out
+
+
+# --------------------------------------------------------------------------- Vendi
+
+
+def _ngram_vector(words: list[str]) -> Counter:
+    vector: Counter = Counter()
+    for n in VENDI_NGRAMS:
+        vector.update(" ".join(words[i : i + n]) for i in range(len(words) - n + 1))
+    return vector
+
+
+def _kernel_python(vectors: list[Counter]) -> list[list[float]]:
+    """Cosine similarity matrix of sparse count vectors (diagonal 1, also for empty ones)."""
+    n = len(vectors)
+    norms = [math.sqrt(sum(v * v for v in vec.values())) for vec in vectors]
+    postings: dict[str, list[tuple[int, float]]] = {}
+    for i, vec in enumerate(vectors):
+        for gram, count in vec.items():
+            postings.setdefault(gram, []).append((i, count / norms[i]))
+    k = [[0.0] * n for _ in range(n)]
+    for entries in postings.values():
+        for a, (i, x) in enumerate(entries):
+            row = k[i]
+            for j, y in entries[a + 1 :]:
+                row[j] += x * y
+    for i in range(n):
+        k[i][i] = 1.0
+        for j in range(i + 1, n):
+            k[j][i] = k[i][j]
+    return k
+
+
+def _kernel_numpy(vectors: list[Counter], np):
+    """The same matrix with numpy.
+
+    Only n-grams shared by two or more texts reach the off-diagonal (the others enter the
+    norms only). Those found in many texts go through dense matrix products, in blocks of
+    columns; the rest, each in a few texts, add their pairwise products directly.
+    """
+    n = len(vectors)
+    norms = [math.sqrt(sum(v * v for v in vec.values())) or 1.0 for vec in vectors]
+    postings: dict[str, list[tuple[int, float]]] = {}
+    for i, vec in enumerate(vectors):
+        for gram, count in vec.items():
+            postings.setdefault(gram, []).append((i, count / norms[i]))
+    shared = [entries for entries in postings.values() if len(entries) > 1]
+    many = max(8, n // 50)
+    dense_columns = [entries for entries in shared if len(entries) > many]
+    k = np.zeros((n, n))
+    block = 1024
+    for start in range(0, len(dense_columns), block):
+        part = dense_columns[start : start + block]
+        dense = np.zeros((n, len(part)))
+        for column, entries in enumerate(part):
+            rows, values = zip(*entries)
+            dense[list(rows), column] = values
+        k += dense @ dense.T
+    by_size: dict[int, list] = {}
+    for entries in shared:
+        if len(entries) <= many:
+            by_size.setdefault(len(entries), []).append(entries)
+    cells, weights = [], []
+    for group in by_size.values():
+        rows = np.array([[i for i, _ in entries] for entries in group], dtype=np.int64)
+        values = np.array([[x for _, x in entries] for entries in group])
+        cells.append((rows[:, :, None] * n + rows[:, None, :]).ravel())
+        weights.append((values[:, :, None] * values[:, None, :]).ravel())
+    if cells:
+        k += np.bincount(np.concatenate(cells), weights=np.concatenate(weights), minlength=n * n).reshape(n, n)
+    np.fill_diagonal(k, 1.0)
+    return k
+
+
+def _jacobi_eigenvalues(matrix: list[list[float]], tolerance: float = 1e-12, sweeps: int = 100) -> list[float]:
+    """Eigenvalues of a real symmetric matrix by the cyclic Jacobi method.
+
+    Each plane rotation (Golub and Van Loan, Matrix Computations, section 8.5) zeroes one
+    off-diagonal element; sweeping over all pairs until the off-diagonal mass is
+    negligible leaves the eigenvalues on the diagonal. Cubic per sweep: small matrices only.
+    """
+    a = [row[:] for row in matrix]
+    n = len(a)
+    scale = sum(a[i][i] ** 2 for i in range(n)) or 1.0
+    for _ in range(sweeps):
+        off = sum(a[i][j] ** 2 for i in range(n) for j in range(i + 1, n))
+        if off <= tolerance**2 * scale:
+            break
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                apq = a[p][q]
+                if apq == 0.0:
+                    continue
+                theta = (a[q][q] - a[p][p]) / (2.0 * apq)
+                t = (1.0 if theta >= 0 else -1.0) / (abs(theta) + math.sqrt(theta * theta + 1.0))
+                c = 1.0 / math.sqrt(t * t + 1.0)
+                s = t * c
+                for row in a:  # columns p and q
+                    x, y = row[p], row[q]
+                    row[p] = c * x - s * y
+                    row[q] = s * x + c * y
+                rp, rq = a[p], a[q]  # rows p and q
+                a[p] = [c * x - s * y for x, y in zip(rp, rq)]
+                a[q] = [s * x + c * y for x, y in zip(rp, rq)]
+    return [a[i][i] for i in range(n)]
+
+
+def _numpy():
+    try:
+        import numpy
+    except ImportError:  # not a dependency of the package: numpy speeds Vendi up
+        return None
+    return numpy
+
+
+def vendi(texts: list[list[str]], *, seed: int = 0, label: str = "", cap: int = VENDI_MAX, use_numpy: bool | None = None) -> dict:
+    """Vendi score of a set of tokenised dialogues with an n-gram cosine kernel.
+
+    After Friedman and Dieng (2023, TMLR, "The Vendi Score"): with K the n x n similarity
+    matrix (here the cosine of 1-2-gram count vectors, K_ii = 1), the score is the
+    exponential of the Shannon entropy of the eigenvalues of K / n: 1 when all texts are
+    the same, n when no two share an n-gram. At most ``cap`` texts (a seeded sample).
+    Eigenvalues by numpy when it is installed, else by a pure-Python solver up to
+    VENDI_PURE_PYTHON_MAX texts (value None and a ``note`` beyond). ``use_numpy`` forces
+    one way (tests).
+    Returns ``{"value", "n", "kernel"}`` (plus ``note`` when the value is left out).
+    """
+    out: dict = {"value": None, "n": 0, "kernel": KERNEL}
+    if not texts:
+        return out
+    if len(texts) > cap:
+        texts = _rng(seed, "vendi", label).sample(texts, cap)
+    n = len(texts)
+    out["n"] = n
+    vectors = [_ngram_vector(text) for text in texts]
+    np = _numpy() if use_numpy in (None, True) else None
+    if use_numpy and np is None:
+        raise RuntimeError("numpy is not installed")
+    if np is not None:
+        eigenvalues = [float(x) for x in np.linalg.eigvalsh(_kernel_numpy(vectors, np) / n)]
+    elif n <= VENDI_PURE_PYTHON_MAX:
+        eigenvalues = [x / n for x in _jacobi_eigenvalues(_kernel_python(vectors))]
+    else:
+        out["note"] = f"left out: more than {VENDI_PURE_PYTHON_MAX} dialogues need numpy (pip install numpy)"
+        return out
+    entropy = -sum(x * math.log(x) for x in eigenvalues if x > 1e-12)
+    out["value"] = math.exp(entropy)
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def cell_statistics(records: list[dict], *, seed: int = 0, label: str = "") -> dict:
+    """MTLD, Self-BLEU-4 and Vendi of one cell of dialogue records, each with its n."""
+    texts = [dialogue_tokens(record) for record in records]
+    values = [v for v in (mtld(text) for text in texts) if v is not None]
+    return {
+        "n": len(records),
+        "mtld": {"value": sum(values) / len(values) if values else None, "n": len(values)},
+        "self_bleu4": self_bleu(texts, seed=seed, label=label),
+        "vendi": vendi(texts, seed=seed, label=label),
+    }
+
+
+def settings() -> dict:
+    """How the statistics were computed, for the JSON file."""
+    return {
+        "text": TEXT_NOTE,
+        "mtld": {
+            "threshold": MTLD_THRESHOLD,
+            "direction": "bidirectional: mean of the forward and backward passes",
+            "partial_factor": f"(1 - TTR) / (1 - {MTLD_THRESHOLD}) for the run left at the end",
+            "unit": "per dialogue, then the mean over the cell (n: dialogues with a defined value)",
+        },
+        "self_bleu4": {
+            "scale": "0-100",
+            "weights": [1 / BLEU_MAX_N] * BLEU_MAX_N,
+            "brevity_penalty": "closest reference length",
+            "smoothing": SMOOTHING,
+            "truncate_words": BLEU_TRUNCATE,
+            "hypotheses": SELF_BLEU_HYPOTHESES,
+            "references": SELF_BLEU_REFERENCES,
+            "pool": SELF_BLEU_POOL,
+            "seeds": SELF_BLEU_SEEDS,
+            "small_cells": "fewer than hypotheses + references in the pool: every hypothesis "
+            "against all other dialogues of the cell (leave-one-out)",
+        },
+        "vendi": {
+            "kernel": KERNEL,
+            "ngrams": list(VENDI_NGRAMS),
+            "weighting": "counts",
+            "note": KERNEL_NOTE,
+            "max_dialogues": VENDI_MAX,
+        },
+    }
+
+
+def _generator_of(record: dict) -> str:
+    return record.get("generator") or "(none)"
+
+
+def _style_of(records: list[dict]) -> str | None:
+    """The generation style named in the records' ``source`` (``generated:paper``), when
+    they all name the same one."""
+    styles = {str(r.get("source") or "").partition(":")[2] for r in records}
+    if len(styles) != 1:
+        return None
+    return styles.pop() or None
+
+
+def quality_report(records: list[dict], *, seed: int = 0, source: str | None = None, style: str | None = None) -> dict:
+    """The statistics of a dialogue set: per class, and per generator x class cell.
+
+    Layout (``format`` benevdial-quality/1): ``settings`` (how each statistic was
+    computed), ``classes`` {class: cell}, ``generators`` {generator spec: {class: cell}},
+    each cell ``{"n", "mtld", "self_bleu4", "vendi"}`` with a ``value`` and an ``n`` each.
+    """
+    report: dict = {
+        "format": FORMAT,
+        "source": source,
+        "style": style if style is not None else _style_of(records),
+        "dialogues": len(records),
+        "seed": seed,
+        "settings": settings(),
+        "classes": {},
+        "generators": {},
+    }
+    for cls in CLASSES:
+        mine = [r for r in records if r["class"] == cls]
+        if mine:
+            report["classes"][cls] = cell_statistics(mine, seed=seed, label=cls)
+    for generator in sorted({_generator_of(r) for r in records}):
+        cells = {}
+        for cls in CLASSES:
+            mine = [r for r in records if r["class"] == cls and _generator_of(r) == generator]
+            if mine:
+                cells[cls] = cell_statistics(mine, seed=seed, label=f"{generator}\x1f{cls}")
+        report["generators"][generator] = cells
+    return report
+
+
+def _number(value, digits: int) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def summary_lines(report: dict, prefix: str = "quality") -> list[str]:
+    """One line saying how, then one line per class and per generator x class cell."""
+    how = (
+        f"{prefix}: MTLD (threshold {MTLD_THRESHOLD}, forward/backward mean); Self-BLEU-4 (0-100, "
+        f"first {BLEU_TRUNCATE} words, smoothing method1 epsilon {BLEU_EPSILON}); Vendi ({KERNEL} kernel on "
+        "1-2-gram counts, a stand-in for bert-base [CLS] cosine)"
+    )
+    lines = [how]
+
+    def line(name: str, cell: dict) -> str:
+        bleu = cell["self_bleu4"]
+        vendi_cell = cell["vendi"]
+        return (
+            f"{prefix} {name}: n {cell['n']}; MTLD {_number(cell['mtld']['value'], 1)} (n {cell['mtld']['n']}); "
+            f"Self-BLEU-4 {_number(bleu['value'], 2)} ({bleu['hypotheses']} hyp vs "
+            f"{bleu['references']} ref, {bleu['mode'] or 'n/a'}); "
+            f"Vendi {_number(vendi_cell['value'], 2)} (n {vendi_cell['n']})"
+        )
+
+    for cls, cell in report["classes"].items():
+        lines.append(line(cls, cell))
+    for generator, cells in report["generators"].items():
+        for cls, cell in cells.items():
+            lines.append(line(f"{cls} {generator}", cell))
+    return lines
+
+
+def default_json_path(dialogues: Path) -> Path:
+    """``NAME.quality.json`` beside ``NAME.jsonl``."""
+    return dialogues.with_name(f"{dialogues.stem if dialogues.suffix == '.jsonl' else dialogues.name}.quality.json")
+
+
+def write_json(path: Path, report: dict) -> None:
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def quality_of_file(path: str | Path, *, seed: int = 0) -> dict:
+    """The report of an existing labelled-dialogue JSONL file (validated by the loader)."""
+    from .dialogues import load_dialogues
+
+    return quality_report(load_dialogues(path, "FILE"), seed=seed, source=str(path))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``python -m pytest_socialbias quality``."""
+    parser.add_argument("dialogues", type=Path, metavar="FILE.jsonl")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="where to write the report (default: FILE.quality.json beside the file)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the Self-BLEU and Vendi samples (default 0)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compute, write and summarise a file's statistics; ConfigError on bad input."""
+    report = quality_of_file(args.dialogues, seed=args.seed)
+    path = args.json or default_json_path(args.dialogues)
+    write_json(path, report)
+    for text in summary_lines(report):
+        print(text, file=sys.stderr)
+    print(f"quality: written to {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,179 @@
+"""``generate-benevdial --style=paper`` against the loopback fake server: no treatment
+instruction for N, every generator writes every condition, the paper's decoding settings,
+and the quality statistics file."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from pytest_socialbias import prompts
+from pytest_socialbias.__main__ import main
+from pytest_socialbias.benevdial import quality
+from pytest_socialbias.benevdial.conditions import load_conditions
+from pytest_socialbias.benevdial.generate import CLASSES, pick_conditions
+from pytest_socialbias.testing import FakeServer, Reply
+
+from .test_generate_benevdial import load_lines
+
+CONDITIONS = Path(__file__).resolve().parent.parent / "suites" / "benevdial" / "conditions.yaml"
+TURNS = 3
+PER_CLASS = 4
+GENERATORS = ("g1", "g2")
+#: Words that would tell the generator the class (or that there is one) in an N prompt.
+BIAS_WORDS = ("bias", "fair", "unfair", "treat", "equal", "uniform", "disparate", "research")
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+
+
+def paper_class_of(prompt: str) -> str:
+    extras = prompts.load("benevdial_generate_paper").extras
+    found = [cls for cls in ("OB", "BB") if extras[f"class_{cls}"].strip() in prompt]
+    assert len(found) <= 1
+    return found[0] if found else "N"
+
+
+class Script:
+    """Well-formed dialogues that name the class asked for and the model, with words that
+    vary from call to call so the quality statistics have something to measure."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.calls = 0
+
+    def __call__(self, req):
+        with self.lock:
+            self.calls += 1
+            call = self.calls
+        cls = paper_class_of(req.prompt_text)
+        lines = []
+        for i in range(TURNS):
+            lines.append(f"User: question {i + 1} about plan {call} and the plan again")
+            lines.append(f"Agent: answer {i + 1} [{cls}] by {req.model}, step {call * 7 + i} of the plan")
+        return Reply("\n".join(lines))
+
+
+def argv(tmp_path, server, *extra, models=GENERATORS, style="paper"):
+    out = [
+        "generate-benevdial", "--conditions", str(CONDITIONS), "--out", str(tmp_path / "out.jsonl"),
+        "--cache-dir", str(tmp_path / "cache"), "--per-class", str(PER_CLASS), "--turns", str(TURNS),
+        "--seed", "3", "--style", style,
+    ]
+    for model in models:
+        out += ["--generator", f"openai:{model}@{server.openai_base_url}?max_retries=0"]
+    return out + list(extra)
+
+
+def test_paper_style_full_crossing_no_n_instruction_paper_decoding_and_quality(tmp_path, capsys):
+    conditions = load_conditions(CONDITIONS)
+    picked = pick_conditions(conditions, PER_CLASS, 3)
+    with FakeServer(Script()) as server:
+        assert main(argv(tmp_path, server)) == 0
+        requests = list(server.requests)
+    err = capsys.readouterr().err
+
+    # Every generator got every condition in every class: 4 conditions x 3 classes = 12
+    # requests each, 24 in all; per generator 4 of each class.
+    assert len(requests) == PER_CLASS * len(CLASSES) * len(GENERATORS) == 24
+    assert Counter(req.model for req in requests) == {"g1": 12, "g2": 12}
+    asked = Counter((req.model, paper_class_of(req.prompt_text)) for req in requests)
+    assert asked == {(g, cls): PER_CLASS for g in GENERATORS for cls in CLASSES}
+    for g in GENERATORS:  # ... and each condition (by its profile text) once per class
+        for condition in picked:
+            profile = conditions.profile_text(condition.profile)
+            mine = [r for r in requests if r.model == g and profile in r.prompt_text]
+            assert sorted(paper_class_of(r.prompt_text) for r in mine) == sorted(CLASSES)
+
+    # N prompts: roles and demographics only, no word about treatment or bias.
+    ours = prompts.load("benevdial_generate").extras
+    paper = prompts.load("benevdial_generate_paper").extras
+    n_prompts = [r.prompt_text for r in requests if paper_class_of(r.prompt_text) == "N"]
+    assert len(n_prompts) == 8
+    for text in n_prompts:
+        assert not any(ours[f"class_{cls}"].strip() in text for cls in CLASSES)
+        assert not any(paper[f"class_{cls}"].strip() in text for cls in ("OB", "BB"))
+        assert "How the agent treats" not in text
+        lowered = text.lower()
+        assert not [word for word in BIAS_WORDS if word in lowered], text
+        assert "The user: " in text and "The agent: a " in text
+    for req in requests:
+        if paper_class_of(req.prompt_text) != "N":
+            assert "How the agent treats this user" in req.prompt_text
+
+    # The paper's decoding settings on the wire.
+    for req in requests:
+        assert req.params["temperature"] == 0.6 and req.params["top_p"] == 0.9 and req.params["max_tokens"] == 900
+
+    # The written set: 24 dialogues with unique ids (one per generator), style in source.
+    lines = load_lines(tmp_path / "out.jsonl", style="paper")
+    assert len(lines) == 24
+    assert Counter(d["id"].rsplit("-", 1)[1] for d in lines) == {"g1": 12, "g2": 12}
+    for d in lines:
+        model = d["generator"].split("@")[0].split(":")[1]
+        assert d["id"].endswith(f"-g{GENERATORS.index(model) + 1}")
+        assert f"[{d['class']}] by {model}" in d["turns"][1]["text"]
+    summary = err.strip().splitlines()[-1]
+    assert "wrote 24 dialogues" in summary and "(N 8, OB 8, BB 8) in paper style" in summary
+
+    # The quality file: per class and per generator x class, each with its n.
+    report = json.loads((tmp_path / "out.quality.json").read_text())
+    assert report["format"] == "benevdial-quality/1" and report["style"] == "paper" and report["dialogues"] == 24
+    assert report["source"] == str(tmp_path / "out.jsonl") and report["seed"] == 3
+    assert {cls: cell["n"] for cls, cell in report["classes"].items()} == {"N": 8, "OB": 8, "BB": 8}
+    specs = {d["generator"] for d in lines}
+    assert set(report["generators"]) == specs
+    for cells in report["generators"].values():
+        assert set(cells) == set(CLASSES)
+        for cell in cells.values():
+            assert cell["n"] == 4
+            assert cell["mtld"]["n"] == 4 and cell["mtld"]["value"] > 0
+            assert cell["self_bleu4"]["n"] == 4 and 0 < cell["self_bleu4"]["value"] < 100
+            assert cell["vendi"]["n"] == 4 and 1 < cell["vendi"]["value"] <= 4
+    assert report["settings"]["vendi"]["kernel"] == "ngram-cosine"
+    quality_lines = [line for line in err.splitlines() if line.startswith("generate-benevdial: quality")]
+    assert "stand-in" in quality_lines[0] and "method1" in quality_lines[0]
+    assert len(quality_lines) == 1 + 3 + 3 * 2 + 1  # how, classes, cells, where
+
+    # The same statistics from the file, with the same seed.
+    assert quality.quality_of_file(tmp_path / "out.jsonl", seed=3)["generators"] == report["generators"]
+
+
+def test_explicit_decoding_flags_win_and_styles_do_not_share_cache_entries(tmp_path, capsys):
+    quality_path = tmp_path / "stats.json"
+    with FakeServer(Script()) as server:
+        assert main(argv(tmp_path, server, models=("g1",), style="ours")) == 0
+        server.clear()
+        assert main(argv(tmp_path, server, "--temperature", "0.2", "--quality-json", str(quality_path), models=("g1",))) == 0
+        requests = list(server.requests)
+    capsys.readouterr()
+    # A different prompt template: nothing replays from the ours-style run.
+    assert len(requests) == PER_CLASS * len(CLASSES)
+    assert all(r.params["temperature"] == 0.2 and r.params["top_p"] == 0.9 for r in requests)
+    lines = load_lines(tmp_path / "out.jsonl", style="paper")
+    # With one generator the ids carry no generator suffix.
+    assert all(d["id"] == f"{d['class'].lower()}-{d['id'].split('-', 1)[1]}" and not d["id"].endswith("-g1") for d in lines)
+    assert json.loads(quality_path.read_text())["style"] == "paper"
+
+
+def test_no_quality_writes_no_statistics(tmp_path, capsys):
+    with FakeServer(Script()) as server:
+        assert main(argv(tmp_path, server, "--no-quality", models=("g1",))) == 0
+    err = capsys.readouterr().err
+    assert not (tmp_path / "out.quality.json").exists() and "generate-benevdial: quality" not in err
+
+
+def test_quality_json_usage_errors(tmp_path, capsys):
+    base = ["generate-benevdial", "--conditions", str(CONDITIONS), "--out", str(tmp_path / "out.jsonl"),
+            "--generator", "openai:g@http://127.0.0.1:9/v1"]
+    assert main(base + ["--quality-json", str(tmp_path / "nope" / "q.json")]) == 2
+    assert main(base + ["--quality-json", str(tmp_path / "out.jsonl")]) == 2
+    assert main(base + ["--style", "other"]) == 2
+    err = capsys.readouterr().err
+    assert "the folder" in err and "is the --out file" in err and "invalid choice: 'other'" in err
