@@ -93,6 +93,7 @@ class SuiteOverrides:
     sample: int | str | None = None  # --socialbias-sample (BenevDial target mode)
     guidance: str | None = None  # --socialbias-guidance
     judge_demographics: bool | None = None  # --socialbias-judge-demographics
+    demographic_flips: bool | None = None  # --socialbias-demographic-flips (detector suites)
     dialogues: Path | None = None  # --socialbias-dialogues (detector suites)
     guard_unit: str | None = None  # --socialbias-guard-unit (detector suites)
 
@@ -161,10 +162,17 @@ def marker_name(value: str) -> str:
 
 
 def judge_options(source: SuiteSource, overrides: SuiteOverrides) -> dict:
-    """The treatment judge's guidance and demographics: the option, else the suite's."""
+    """The treatment judge's guidance and demographics: the option, else the suite's.
+    ``flips``: classify each dialogue both without and with the demographics (detector
+    suites: ``judge_demographics: both`` or --socialbias-demographic-flips)."""
     data = source.data
+    suite_value = data.get("judge_demographics", False)
+    flips = bool(overrides.demographic_flips) or suite_value == "both"
     demographics = overrides.judge_demographics
+    if demographics is None:
+        demographics = suite_value is True
     return {
         "guidance": overrides.guidance or data.get("guidance", DEFAULT_GUIDANCE),
-        "demographics": bool(demographics if demographics is not None else data.get("judge_demographics", False)),
+        "demographics": bool(demographics) and not flips,
+        "flips": flips,
     }

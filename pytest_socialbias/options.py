@@ -187,6 +187,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-judge-demographics", "socialbias_judge_demographics", "judge_demographics", kind="flag",
            help=("BenevDial: show the treatment judge the user's and the agent's demographics (default: the "
                  "suite's, off)")),
+    Option("--socialbias-demographic-flips", "socialbias_demographic_flips", "demographic_flips", kind="flag", help=(
+        "BenevDial detector suites: each judge classifies every dialogue without and with the demographics "
+        "(detectors judge and judge+demographics) and the report counts, per true class, the labels that "
+        "moved (N -> BB, ...); the suite's judge_demographics: both does the same")),
     Option("--socialbias-dry-run", "socialbias_dry_run", "dry_run", kind="flag", ini=False, help=(
         "call no model: print the calls per role and an estimate of the tokens the selected cases would "
         "use, then stop (exit status 0)")),
@@ -224,6 +228,7 @@ class Settings:
     snapshot_max_flips: int | None = None
     strict: bool | None = False
     judge_demographics: bool | None = None
+    demographic_flips: bool = False
     dry_run: bool | None = False
     root: Path = field(default=Path("."), compare=False)
 
@@ -248,6 +253,7 @@ class Settings:
             sample=self.sample,
             guidance=self.guidance,
             judge_demographics=self.judge_demographics,
+            demographic_flips=self.demographic_flips or None,
             dialogues=self.dialogues,
             guard_unit=self.guard_unit,
         )

@@ -46,6 +46,9 @@ VARIANTS = ("clean", "fold", "mask", "shuffle", "foldmask", "randmask")
 #: Which turns a variant rewrites (suite key ``variant_scope``): agent turns, all turns,
 #: or per operation as in the research setting (fold and shuffle all, mask agent).
 VARIANT_SCOPES = ("agent", "all", "paper")
+#: The suffix of a detector shown the demographics beside one that was not (detector
+#: suites with ``judge_demographics: both``): ``judge+demographics``, ``ensemble+demographics``.
+WITH_DEMOGRAPHICS = "+demographics"
 #: What a guard judges of a dialogue: an agent turn alone, with the dialogue before it,
 #: or with the user turn it answers.
 GUARD_UNITS = ("turn", "context", "exchange")

@@ -9,8 +9,8 @@ binary detectors (guards) have none. Unreadable items count in ``detector_error_
 
 from __future__ import annotations
 
-from ..vocabulary import CLASSES
-from .rates import bootstrap, group_seed, newcombe_unpaired
+from ..vocabulary import CLASSES, WITH_DEMOGRAPHICS
+from .rates import DIGITS, bootstrap, group_seed, newcombe_unpaired, wilson_interval
 
 
 def items_of(records: list[dict], detector: str, variant: str) -> list[tuple]:
@@ -190,4 +190,49 @@ def detection_summary(records: list[dict]) -> dict | None:
         clean = [{"class": r["truth"], "turns": r["dialogue_turns"]} for r in mine if (r.get("variant") or "clean") == "clean"]
         if clean:
             out["markers"][suite] = marker_table(clean)
+        for detector in detectors:
+            if detector + WITH_DEMOGRAPHICS not in detectors:
+                continue
+            for variant in sorted({r.get("variant") or "clean" for r in mine}):
+                out.setdefault("flips", []).extend(demographic_flips(suite, mine, detector, variant))
     return out
+
+
+def _share(count: int, n: int) -> dict:
+    low, high = wilson_interval(count, n)
+    return {"count": count, "share": round(count / n, DIGITS), "ci_low": round(low, DIGITS), "ci_high": round(high, DIGITS)}
+
+
+def demographic_flips(suite: str, records: list[dict], detector: str, variant: str) -> list[dict]:
+    """How the labels of ``detector`` moved when it was shown the demographics
+    (``detector+demographics``), per true class: one row per class with ``n`` (dialogues
+    both readings labelled), ``unreadable`` (dialogues left out: either reading had no
+    class), ``moved`` (labels that changed), every transition ``from -> to`` (``N -> BB``,
+    ...), the moves that made a correct label wrong (``new_errors``) and a wrong one correct
+    (``fixed``); each a share of ``n`` with a 95% Wilson interval."""
+    rows = []
+    for truth in CLASSES:
+        pairs, unreadable = [], 0
+        for r in records:
+            if r["truth"] != truth or (r.get("variant") or "clean") != variant:
+                continue
+            found = r.get("detections") or {}
+            before = (found.get(detector) or {}).get("class")
+            after = (found.get(detector + WITH_DEMOGRAPHICS) or {}).get("class")
+            if before is None or after is None:
+                unreadable += 1
+            else:
+                pairs.append((before, after))
+        n = len(pairs)
+        row = {"suite": suite, "detector": detector, "variant": variant, "truth": truth, "n": n, "unreadable": unreadable}
+        if n:
+            moved = [(a, b) for a, b in pairs if a != b]
+            row["moved"] = _share(len(moved), n)
+            row["transitions"] = [
+                {"from": a, "to": b, **_share(sum(1 for p in moved if p == (a, b)), n)}
+                for a in CLASSES for b in CLASSES if a != b
+            ]
+            row["new_errors"] = _share(sum(1 for a, b in moved if a == truth), n)
+            row["fixed"] = _share(sum(1 for a, b in moved if b == truth), n)
+        rows.append(row)
+    return rows

@@ -299,7 +299,15 @@ def _start(source: SuiteSource, protocol, overrides: SuiteOverrides):
     conditions, conditions_path = load_conditions_of(source)
     turns = overrides.turns if overrides.turns is not None else source.data.get("turns", protocol.turns)
     per_role = overrides.sample if overrides.sample is not None else source.data.get("sample", DEFAULT_SAMPLE[protocol.name])
-    return conditions, source.digest(conditions_path), turns, per_role, judge_options(source, overrides)
+    options = judge_options(source, overrides)
+    if options["flips"] and source.data.get("judge_demographics") == "both":
+        raise source.error(
+            ["judge_demographics"],
+            "`both` (with and without demographics, and the labels that moved) is for benevdial_detect "
+            "suites; here use true or false",
+        )
+    options["flips"] = False  # --socialbias-demographic-flips is for detector suites only
+    return conditions, source.digest(conditions_path), turns, per_role, options
 
 
 def _suite(source: SuiteSource, protocol, turns: int, cases: list) -> Suite:

@@ -28,7 +28,7 @@ from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, mar
 from ..errors import ModelCallError
 from ..judges.ensemble import combine
 from ..judges.treatment import judge_treatment
-from ..vocabulary import AXES, PERSONA_AXES, VARIANTS
+from ..vocabulary import AXES, PERSONA_AXES, VARIANTS, WITH_DEMOGRAPHICS
 from ..vocabulary import BIASED_CLASSES as BIASED
 from .base import Protocol
 
@@ -92,15 +92,24 @@ async def run_detect(case, roles, usage) -> dict:
     guard = roles.guard if options.get("use_guard", True) else None
     ids = detector_ids(len(judges), guard is not None)
     primary = primary_detector(len(judges), guard is not None)
-    user_text, agent_text = demographics_text(conditions, dialogue) if options["demographics"] else (None, None)
+    flips = options.get("flips", False)
+    user_text, agent_text = demographics_text(conditions, dialogue) if options["demographics"] or flips else (None, None)
     title = agent_title(conditions, dialogue["role"])
-    tasks = [
-        judge_treatment(
+
+    def classify(judge, shown: bool):
+        return judge_treatment(
             judge, dialogue=pairs, agent_title=title, guidance=options["guidance"],
-            user_profile=user_text, agent_persona=agent_text, usage=usage,
+            user_profile=user_text if shown else None, agent_persona=agent_text if shown else None, usage=usage,
         )
-        for judge in judges
-    ]
+
+    # (detector id, call): each judge at the suite's setting; with flips, each judge
+    # without the demographics and again with them (``judge+demographics``).
+    calls = []
+    for detector, judge in zip([i for i in ids if i.startswith("judge")], judges):
+        calls.append((detector, classify(judge, options["demographics"])))
+        if flips:
+            calls.append((detector + WITH_DEMOGRAPHICS, classify(judge, True)))
+    tasks = [call for _, call in calls]
     if guard is not None:
         from ..judges.guards import guard_kind, screen_dialogue
 
@@ -108,10 +117,11 @@ async def run_detect(case, roles, usage) -> dict:
         # unit the guard is evaluated in by its authors and by BenevDial.
         unit = guard.unit or options["guard_unit"] or guard_kind(guard.kind).default_unit
         tasks.append(screen_dialogue(guard.model, guard.kind, dialogue["turns"], unit, usage))
+        calls.append(("guard", None))
     errors: list[dict] = []
     detections: dict[str, dict] = {}
     results = await asyncio.gather(*tasks, return_exceptions=True)
-    for detector, result in zip([i for i in ids if i != "ensemble"], results):
+    for detector, result in zip([d for d, _ in calls], results):
         if isinstance(result, ModelCallError):
             errors.append({"kind": "model_error" if detector == primary else "detector_error", "role": result.role, "message": f"{detector}: {result}"})
             detections[detector] = {"class": None, "flagged": None, "probs": None, "error": str(result)}
@@ -128,17 +138,23 @@ async def run_detect(case, roles, usage) -> dict:
         if result.error:
             kind = "judge_error" if detector == primary else "detector_error"
             errors.append({"kind": kind, "role": "judge", "message": f"{detector}: {result.error}"})
-    if "ensemble" in ids:
-        members = [(detections[i]["class"], detections[i]["probs"]) for i in ids if i.startswith("judge-")]
+    for suffix in ("", WITH_DEMOGRAPHICS) if flips else ("",):
+        if "ensemble" not in ids:
+            break
+        members = [
+            (detections[d]["class"], detections[d]["probs"])
+            for d, _ in calls if d.startswith("judge-") and d.endswith(suffix) and (suffix or WITH_DEMOGRAPHICS not in d)
+        ]
         combined = combine(members)
-        detections["ensemble"] = {
+        detections["ensemble" + suffix] = {
             "class": combined["class"],
             "flagged": None if combined["class"] is None else combined["class"] in BIASED,
             "probs": combined["probs"],
             "method": combined["method"],
         }
         if combined["class"] is None:
-            errors.append({"kind": "judge_error", "role": "judge", "message": "ensemble: no judge gave a readable class"})
+            kind = "judge_error" if not suffix else "detector_error"
+            errors.append({"kind": kind, "role": "judge", "message": f"ensemble{suffix}: no judge gave a readable class"})
     main = detections.get(primary, {}) if primary else {}
     flagged = main.get("flagged")
     return {

@@ -403,6 +403,30 @@ def benevdial_tables(metrics: list[dict]) -> list[str]:
 DETECTOR_COLUMNS = ("accuracy", "precision", "recall", "f1", "tr_n", "tr_ob", "tr_bb", "gap_ob_bb", "macro_f1")
 
 
+def flip_lines(suite: str, flips: list[dict]) -> list[str]:
+    """Per detector shown the demographics: the labels that moved, clean dialogues, per
+    true class (count, % of the class's dialogues); the JSON report has every variant and
+    the intervals."""
+    lines: list[str] = []
+    for detector in sorted({f["detector"] for f in flips if f["suite"] == suite}):
+        rows = [f for f in flips if f["suite"] == suite and f["detector"] == detector and f["variant"] == "clean"]
+        if not rows:
+            continue
+        moves = [(t["from"], t["to"]) for t in next((r["transitions"] for r in rows if r.get("transitions")), [])]
+
+        def cell(entry):
+            return "-" if entry is None else f"{entry['count']} ({100 * entry['share']:.0f}%)"
+
+        table = []
+        for r in rows:
+            found = {(t["from"], t["to"]): t for t in r.get("transitions") or []}
+            table.append([r["truth"], str(r["n"]), str(r["unreadable"]), cell(r.get("moved")),
+                          *(cell(found.get(m)) for m in moves), cell(r.get("new_errors")), cell(r.get("fixed"))])
+        lines.append(f"{suite}: labels that moved when {detector} was shown the demographics (clean; count, % of the class)")
+        lines += _table(["truth", "n", "unreadable", "moved", *(f"{a}->{b}" for a, b in moves), "new errors", "fixed"], table)
+    return lines
+
+
 def detector_tables(metrics: list[dict], detection: dict | None) -> list[str]:
     """Per detector suite: every detector in every variant (clean vs transformed), then
     the ensemble's methods and the surface markers of patronising talk."""
@@ -422,6 +446,7 @@ def detector_tables(metrics: list[dict], detection: dict | None) -> list[str]:
         lines.append("")
         lines.append(f"{suite}: detectors, % (B = OB u BB positive; TR = share flagged per true class; gap = TR_OB - TR_BB)")
         lines += _table(["detector", "variant", "n", "acc", "P", "R", "F1", "TR_N", "TR_OB", "TR_BB", "gap", "macroF1"], table)
+        lines += flip_lines(suite, (detection or {}).get("flips") or [])
         methods = (detection or {}).get("ensemble_methods", {}).get(suite)
         if methods:
             lines.append("ensemble: " + ", ".join(f"{method} for {count} dialogue(s)" for method, count in sorted(methods.items())))
