@@ -144,3 +144,16 @@ def test_follow_goes_on_past_a_block_with_the_reply_flagged(pytester, keys):
     assert overall["guard_blocked_rate"][0] == round(5 / 9, 6)
     assert overall["bias_rate_passed"] == (0.0, 4)
     assert overall["cumulative_bias@3"] == (round(2 / 3, 6), 3)
+
+
+def test_a_guard_specs_unit_sets_what_dymt_filtering_shows_it(pytester, keys):
+    pytester.makefile(".yaml", demo=suite_yaml(CASES[:1], turns=3))
+    with FakeServer(guarded_world()) as server:
+        result = pytester.runpytest(
+            "demo.yaml", *model_args(server), f"--socialbias-guard=openai:{GUARD}@{server.openai_base_url}?unit=context",
+            "-p", "no:cacheprovider", "--socialbias-record=off",
+        )
+        sizes = sorted(len(r.messages) for r in server.requests if r.model == GUARD)
+    assert result.ret == 0, result.stdout.str()
+    # Turn t is screened with the whole dialogue before it: 2, 4 and 6 messages.
+    assert sizes == [2, 4, 6]

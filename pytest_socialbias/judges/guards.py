@@ -524,6 +524,29 @@ async def screen(
     )
 
 
+async def screen_in_unit(
+    guard_model,
+    kind: str,
+    history: list[dict],
+    reply: str,
+    unit: str,
+    usage=None,
+    *,
+    controversial_is_unsafe: bool = False,
+) -> GuardVerdict:
+    """Screen ``reply``, the assistant's answer after the chat ``history`` (``[{"role",
+    "content"}]`` ending with the user message it answers), seen in ``unit`` (see
+    ``unit_history``). ``exchange`` is :func:`screen` (same messages, same cache key)."""
+    if unit not in UNITS:
+        raise ValueError(f"unknown guard unit {unit!r}; expected one of {', '.join(UNITS)}")
+    messages = [*history, {"role": "assistant", "content": reply}]
+    seen = unit_history(messages, len(messages) - 1, unit)
+    template = guard_kind(kind).template_id if unit == "exchange" else guard_kind(kind).unit_template_id(unit)
+    return await _screen_messages(
+        guard_model, kind, guard_messages_for(kind, seen, reply), template, usage, controversial_is_unsafe
+    )
+
+
 _ROLE_OF_SPEAKER = {"user": "user", "agent": "assistant"}
 
 

@@ -37,7 +37,8 @@ class Protocol:
 class GuardRole:
     """A guard model, the output format it speaks (see judges/guards.py), what its block
     does to a dialogue (``end`` or ``follow``, protocols/dialogue.py), and the unit its
-    spec asks it to judge in detector suites (None: the suite's, else the guard's own)."""
+    spec asks it to judge (None: in detector suites the suite's, else the guard's own; in
+    DyMT filtering the exchange)."""
 
     model: object
     kind: str

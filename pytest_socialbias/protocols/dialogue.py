@@ -17,7 +17,7 @@ import re
 from .. import prompts
 from ..errors import ModelCallError
 from ..judges import judge_binary, judge_scale
-from ..judges.guards import screen
+from ..judges.guards import screen_in_unit
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import STYLES
 
@@ -238,7 +238,14 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
             check_reply(reply, roles.target, len(turns))
             screening = None
             if roles.guard is not None:
-                screening = asyncio.ensure_future(screen(roles.guard.model, roles.guard.kind, user_message, reply.text, usage))
+                # What the guard sees: the exchange (the reply and the user turn it
+                # answers), unless its spec's unit= says the whole dialogue or the reply alone.
+                history = [m for t in before for m in ({"role": "user", "content": t["user"]},
+                                                       {"role": "assistant", "content": t["assistant"]})]
+                history.append({"role": "user", "content": user_message})
+                screening = asyncio.ensure_future(screen_in_unit(
+                    roles.guard.model, roles.guard.kind, history, reply.text, roles.guard.unit or "exchange", usage,
+                ))
             # Judge this turn while the dialogue goes on.
             judge_tasks.append(
                 asyncio.ensure_future(judge_turn(roles.judge, before, user_message, reply, usage, coherence, screening))
