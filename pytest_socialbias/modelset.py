@@ -53,6 +53,7 @@ class ModelSet:
         self.guard_kind: str | None = None
         self.guard_unit: str | None = None  # the guard spec's unit=, if any
         self.guard_risk: str | None = None  # the criterion a Granite Guardian is asked about
+        self.servers = None  # models/managed.ServerPool: the servers this process started
         self.runner = LoopRunner()
         self._models: dict[str, Model] = {}
         self._model_settings: ModelSettings | None = None
@@ -163,8 +164,41 @@ class ModelSet:
             )
         return out
 
+    def server_plans(self) -> dict:
+        """Role -> the server to start for it (vllm:, server: specs; models/managed.py)."""
+        from .models.managed import plan_for
+
+        return {
+            role: plan_for(spec, role_of(role).option, self.settings.gpus)
+            for role, spec in self.specs.items()
+            if provider_of(spec).managed
+        }
+
+    def start_servers(self) -> None:
+        """Start the run's managed servers (the controller only; never for a dry run or a
+        replay, which call nothing); ConfigError quoting the log when one fails."""
+        plans = self.server_plans()
+        s = self.settings
+        if not plans or self.is_worker or s.dry_run or s.record == "none":
+            return
+        from .models.managed import DEFAULT_START_TIMEOUT_S, ServerPool
+
+        self.servers = ServerPool(s.cache_dir, s.server_timeout or DEFAULT_START_TIMEOUT_S)
+        self.servers.start(plans)
+
+    def stop_servers(self) -> None:
+        if self.servers is not None:
+            self.servers.stop()
+
     def spec_dicts(self) -> dict:
         out = {role: spec.to_dict() for role, spec in sorted(self.specs.items())}
+        for role, spec in self.specs.items():
+            if provider_of(spec).managed:
+                from .models.managed import checkpoint_identity
+
+                out[role]["checkpoint"] = checkpoint_identity(spec.model)  # what the cache key names
+                if self.settings.gpus is not None:
+                    out[role]["gpus"] = self.settings.gpus
         if "guard" in out:
             out["guard"]["policy"] = self.settings.guard_policy  # what a block did to a dialogue
             out["guard"]["kind"] = self.guard_kind
@@ -256,6 +290,9 @@ class ModelSet:
             if self._model_settings is not None:
                 await self._model_settings.aclose()
 
-        self.runner.close(close_models)
-        if self._model_settings is not None and self._model_settings.cache is not None:
-            self._model_settings.cache.close()
+        try:
+            self.runner.close(close_models)
+            if self._model_settings is not None and self._model_settings.cache is not None:
+                self._model_settings.cache.close()
+        finally:
+            self.stop_servers()

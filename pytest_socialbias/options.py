@@ -101,6 +101,24 @@ def _sample(raw, option: Option, where: Where):
     return "all" if raw == "all" else _whole(1)(raw, option, where)
 
 
+def _gpus(raw, option: Option, where: Where) -> str:
+    """GPU ids, comma-separated (as CUDA_VISIBLE_DEVICES takes them)."""
+    ids = [part.strip() for part in str(raw).split(",")]
+    if not ids or not all(part.isdigit() for part in ids) or len(set(ids)) != len(ids):
+        raise ConfigError(f"{option.flag}={raw!r}: expected distinct GPU ids separated by commas, e.g. 0,1,2,3")
+    return ",".join(ids)
+
+
+def _seconds(raw, option: Option, where: Where) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not value > 0:
+        raise ConfigError(f"{option.flag}={raw!r}: expected a number of seconds > 0")
+    return value
+
+
 def _judges(raw, option: Option, where: Where) -> tuple:
     """Every --judge given, in order; in the ini file, whitespace-separated specs."""
     values = raw.split() if isinstance(raw, str) else [v for v in raw if v]
@@ -152,6 +170,11 @@ OPTIONS: tuple[Option, ...] = (
            choices=GUARD_POLICIES, help=(
                "what a guard's block does to a DyMT dialogue: end (it stops there, as a deployed filter "
                "would; default) or follow (it goes on, the reply flagged); the report records it")),
+    Option("--socialbias-gpus", "socialbias_gpus", "gpus", metavar="IDS", parse=_gpus, help=(
+        "GPUs for the servers the run starts (vllm:, server: specs), as CUDA_VISIBLE_DEVICES takes "
+        "them, e.g. 0,1,2,3 (default: all visible)")),
+    Option("--socialbias-server-timeout", "socialbias_server_timeout", "server_timeout", metavar="SECONDS",
+           parse=_seconds, help="how long a started server may take to answer (default 900)"),
     Option("--socialbias-threads", "socialbias_threads", "local_threads", metavar="N", parse=_whole(1),
            help="CPU threads per process for local models (default: cores // xdist workers)"),
     Option("--socialbias-html", "socialbias_html", "html", metavar="PATH", parse=_user_path, help=(
@@ -217,6 +240,8 @@ class Settings:
     guard_kind: str | None = None
     guard_policy: str = "end"
     guard_risk: str | None = None
+    gpus: str | None = None
+    server_timeout: float | None = None
     local_threads: int | None = None
     html: Path | None = None
     baseline: Path | None = None

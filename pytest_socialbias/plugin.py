@@ -110,6 +110,12 @@ def pytest_configure(config: pytest.Config) -> None:
                 CallCache(settings.cache_dir, settings.record).close()  # fail now if the folder is unusable
             aggregator = Aggregator(settings, models, gates)
             _preflight(config, settings, gates)
+            if not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False)):
+                models.start_servers()
+        else:
+            from .models import managed
+
+            managed.URLS.update(config.workerinput.get("socialbias_servers") or {})
         models.start_warm_up()
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -372,6 +378,12 @@ class XdistController:
 
             return SuiteBatchScheduling(config, log, batch_size=self.state.settings.batch_size)
         return None
+
+    def pytest_configure_node(self, node) -> None:
+        """Workers talk to the servers this process started (models/managed.py)."""
+        from .models import managed
+
+        node.workerinput["socialbias_servers"] = dict(managed.URLS)
 
     def pytest_testnodedown(self, node, error) -> None:
         output = getattr(node, "workeroutput", None) or {}

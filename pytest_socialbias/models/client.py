@@ -259,11 +259,15 @@ class Model:
             extra = {"choices": list(choices)}
         elif method is not None:
             extra = {"choices": list(choices), "constrain": method}
+        if self.provider.cache_identity is not None:
+            model, base_url = self.provider.cache_identity(self.spec)
+        else:
+            model, base_url = self.spec.model, self.spec.base_url or self.backend.base_url
         return {
             **extra,
             "provider": self.spec.provider,
-            "model": self.spec.model,
-            "base_url": self.spec.base_url or self.backend.base_url,
+            "model": model,
+            "base_url": base_url,
             "params": dict(sorted(params.items())),
             "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
             "template": template,

@@ -73,6 +73,12 @@ class Provider:
     api_constrain_methods: tuple | None = None
     #: Named spec parameters it cannot take, with what to write instead.
     unsupported: tuple = ()
+    #: A server the run starts and stops (models/managed.py); its spec's other
+    #: parameters are the server's arguments.
+    managed: bool = False
+    #: (spec) -> (model, base_url) as the cache key names them, where the spec's own do
+    #: not (a managed checkpoint: its content hash, not its path or port).
+    cache_identity: Callable | None = None
 
     def can(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -126,9 +132,9 @@ def resolve_bare(name: str, option: str, raw: str) -> str:
         return f"local:{name}"
     if path.is_dir():
         raise ConfigError(
-            f"{option}={raw}: {name} is a folder (a checkpoint?); checkpoints on your own GPUs need a "
-            "server for now: serve it with vLLM or another OpenAI-compatible server and pass "
-            "openai:MODEL@http://HOST:PORT/v1 (managed GPU backends are not built yet)"
+            f"{option}={raw}: {name} is a folder (a checkpoint?); write vllm:{name} to have the run "
+            f"start a vLLM server for it, server:{name}?command=... for another server, or "
+            "openai:MODEL@http://HOST:PORT/v1 for one you started"
         )
     claims = [p.name for p in _REGISTRY.values() if p.bare_names is not None and p.bare_names.fullmatch(name)]
     if len(claims) == 1:
@@ -206,4 +212,42 @@ LOCAL = register(Provider(
     judge_warning=EMBEDDED_JUDGE_WARNING, url_hint="to use a llama.cpp server, write openai:MODEL@{url}",
     unsupported=(("reasoning_effort", "the embedded llama.cpp runtime has no reasoning_effort"),
                  ("thinking_budget", "the embedded llama.cpp runtime has no thinking_budget")),
+))
+
+
+# --------------------------------------------------------------------------- managed servers
+
+
+def _build_managed(ctx: BackendContext):
+    import dataclasses
+
+    from .managed import url_for
+    from .openai_backend import OpenAIBackend
+
+    served = dataclasses.replace(ctx.spec, base_url=url_for(ctx.spec))
+    return OpenAIBackend(served, NO_KEY_PLACEHOLDER, ctx.timeout, ctx.max_retries, ctx.http_clients)
+
+
+def _managed_identity(spec) -> tuple:
+    from .managed import checkpoint_identity
+
+    return checkpoint_identity(spec.model), "managed"
+
+
+#: A checkpoint the run serves with vLLM: ``vllm:PATH_OR_NAME?tensor_parallel_size=2&...``.
+VLLM = register(Provider(
+    name="vllm", build=_build_managed, takes_url=False, build_early=False, managed=True,
+    capabilities=frozenset({LOGPROBS, SEED}), cache_identity=_managed_identity,
+    constrain_methods=("guided_choice", "json_schema", "json_object", "none"),
+    url_hint="for a vLLM server you started, write openai:MODEL@{url}",
+    unsupported=(("thinking_budget", "thinking_budget is Anthropic's; a vLLM server takes chat_template_kwargs"),),
+))
+#: Any OpenAI-compatible server the run starts from a command template:
+#: ``server:MODEL?command=llama-server -m {model} --host {host} --port {port}``.
+SERVER = register(Provider(
+    name="server", build=_build_managed, takes_url=False, build_early=False, managed=True,
+    capabilities=frozenset({LOGPROBS, SEED}), cache_identity=_managed_identity,
+    constrain_methods=("grammar", "json_schema", "json_object", "none"),
+    url_hint="for a server you started, write openai:MODEL@{url}",
+    unsupported=(("thinking_budget", "thinking_budget is Anthropic's; an OpenAI-compatible server takes chat_template_kwargs"),),
 ))

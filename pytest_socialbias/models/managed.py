@@ -1,0 +1,364 @@
+"""Managed inference servers: a model spec that names a checkpoint (``vllm:PATH_OR_NAME``)
+or a server command (``server:MODEL?command=...``) starts its server once per run, on the
+process that aggregates (the xdist controller, or the only process), on a free loopback
+port; every role and every worker then talks to it through the OpenAI backend, and it is
+stopped at the end of the run.
+
+Lifecycle, so that no server outlives its run holding a GPU:
+
+- started in a new process group, with the parent-death signal set (Linux ``prctl``): if
+  pytest dies, even by SIGKILL, the kernel sends the server SIGTERM;
+- stopped (SIGTERM to its process group, SIGKILL after a grace period) when pytest
+  unconfigures: a normal end, an error, Ctrl-C; on SIGTERM the handler installed while a
+  server runs stops the servers first, then lets the signal end pytest as it would have;
+- its output goes to a log file under the cache folder (``servers/``), and its process id
+  to ``<log>.pid``; a server that exits or does not answer in time is a usage error
+  quoting the log's last lines.
+
+Roles whose specs name the same server (same provider, model and server arguments)
+share it. The cache key names a checkpoint on disk by a hash of its content (its
+``config.json`` and its weights index, or for a single weights file its size and its first
+and last MiB), never by its path or port, so a moved checkpoint replays and a changed one
+does not.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+
+#: How long a server may take to answer /v1/models (loading weights can take minutes).
+DEFAULT_START_TIMEOUT_S = 900.0
+#: Seconds between progress lines while a server starts.
+PROGRESS_EVERY_S = 10.0
+#: SIGTERM, then this long, then SIGKILL.
+STOP_GRACE_S = 15.0
+#: Lines of the log quoted when a server fails.
+LOG_TAIL_LINES = 20
+#: A managed spec's URL when no server was started for it (a replay or a dry run, which
+#: call nothing): any call to it fails at once.
+NOT_STARTED_URL = "http://127.0.0.1:9/v1"
+#: The weight files whose names and sizes stand for a checkpoint without an index.
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth")
+SERVER_LOGS = "servers"
+
+_PR_SET_PDEATHSIG = 1
+
+
+# --------------------------------------------------------------------------- identity
+
+
+@functools.lru_cache(maxsize=64)
+def checkpoint_identity(model: str) -> str:
+    """What names ``model`` in the cache key: ``sha256:...`` of a checkpoint on disk (a
+    folder: its config.json and weights index, or the names and sizes of its weight
+    files; a file: its size and first and last MiB), else the name as given (a hub name)."""
+    path = Path(model).expanduser()
+    digest = hashlib.sha256()
+    if path.is_dir():
+        for name in ("config.json", "model.safetensors.index.json", "pytorch_model.bin.index.json"):
+            if (path / name).is_file():
+                digest.update(name.encode() + b"\0" + (path / name).read_bytes())
+        weights = sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+        for weight in weights:
+            digest.update(f"{weight.name}\0{weight.stat().st_size}\0".encode())
+        return "sha256:" + digest.hexdigest()
+    if path.is_file():
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(1 << 20)
+            handle.seek(max(0, size - (1 << 20)))
+            tail = handle.read(1 << 20)
+        digest.update(str(size).encode() + b"\0" + head + b"\0" + tail)
+        return "sha256:" + digest.hexdigest()
+    return model
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    """One server to start: its key (what specs share it), the command with ``{port}``
+    left to fill, and the environment it adds."""
+
+    key: str
+    provider: str
+    model: str
+    command: tuple  # tokens; "{port}" is filled at start
+    env: tuple = ()  # (name, value) pairs added to the environment
+
+    @property
+    def slug(self) -> str:
+        return f"{self.provider}-{hashlib.sha256(self.key.encode()).hexdigest()[:10]}"
+
+
+def server_key(spec) -> str:
+    """Specs with the same key share one server."""
+    return json.dumps([spec.provider, spec.model, sorted(spec.server.items())], sort_keys=True, default=str)
+
+
+def _flag(name: str, value) -> list[str]:
+    flag = "--" + name.replace("_", "-")
+    if value is True:
+        return [flag]
+    if value is False or value is None:
+        return []
+    return [flag, value if isinstance(value, str) else json.dumps(value)]
+
+
+def vllm_command(spec) -> list[str]:
+    """``vllm serve MODEL --host 127.0.0.1 --port {port}`` plus the spec's server arguments
+    as flags (``tensor_parallel_size=2`` -> ``--tensor-parallel-size 2``; ``true`` -> a bare flag)."""
+    command = ["vllm", "serve", spec.model, "--host", "127.0.0.1", "--port", "{port}"]
+    for name, value in sorted(spec.server.items()):
+        if name in ("command", "gpus"):
+            continue
+        command += _flag(name, value)
+    return command
+
+
+def template_command(spec, option: str) -> list[str]:
+    """A ``server:`` spec's ``command=``, split like a shell would, each token's ``{model}``,
+    ``{host}`` and ``{python}`` filled (``{port}`` at start)."""
+    text = spec.server.get("command")
+    if not isinstance(text, str) or "{port}" not in text:
+        raise ConfigError(
+            f"{option}={spec}: a server: spec needs command=... with {{port}} (and usually {{model}}), e.g. "
+            "server:/models/m.gguf?command=llama-server -m {model} --host {host} --port {port}"
+        )
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError(f"{option}={spec}: command=: {exc}") from None
+    values = {"model": spec.model, "host": "127.0.0.1", "python": sys.executable, "port": "{port}"}
+    try:
+        return [token.format(**values) for token in tokens]
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"{option}={spec}: command=: unknown placeholder {exc}; use {{model}}, {{port}}, {{host}} or {{python}}"
+        ) from None
+
+
+def plan_for(spec, option: str, gpus: str | None) -> ServerPlan:
+    command = vllm_command(spec) if spec.provider == "vllm" else template_command(spec, option)
+    env = (("CUDA_VISIBLE_DEVICES", gpus),) if gpus is not None else ()
+    return ServerPlan(server_key(spec), spec.provider, spec.model, tuple(command), env)
+
+
+# --------------------------------------------------------------------------- the registry
+
+#: Server key -> base URL, on every process of a run (the controller starts them; workers
+#: get the URLs through xdist's workerinput).
+URLS: dict[str, str] = {}
+
+
+def url_for(spec) -> str:
+    return URLS.get(server_key(spec), NOT_STARTED_URL)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux), even by SIGKILL."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the process group and the stop at unconfigure remain
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    tail = [line for line in text.splitlines() if line.strip()][-lines:]
+    return "\n".join("    " + line for line in tail) or "    (the log is empty)"
+
+
+@dataclass
+class ManagedServer:
+    plan: ServerPlan
+    log_path: Path
+    port: int = 0
+    process: subprocess.Popen | None = None
+    started_s: float = 0.0
+    ready_s: float | None = None
+    shared_by: list = field(default_factory=list)  # the roles that use it
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.log_path.with_suffix(".pid")
+
+    def start(self) -> None:
+        self.port = free_port()
+        command = [token.replace("{port}", str(self.port)) for token in self.plan.command]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **dict(self.plan.env)}
+        parent = os.getpid()
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            log.write(f"# {shlex.join(command)}\n")
+            log.flush()
+            try:
+                self.process = subprocess.Popen(
+                    command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    start_new_session=True, preexec_fn=lambda: _die_with_parent(parent),
+                )
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot start the {self.plan.provider} server for {self.plan.model}: {command[0]}: "
+                    f"{exc.strerror or exc} (is it installed and on PATH?)"
+                ) from None
+        self.pid_path.write_text(f"{self.process.pid}\n")
+        self.started_s = time.monotonic()
+
+    def wait_ready(self, timeout_s: float, progress) -> None:
+        """Poll /v1/models until it answers; ConfigError quoting the log if the server
+        exits or ``timeout_s`` passes."""
+        next_note = self.started_s + PROGRESS_EVERY_S
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise ConfigError(
+                    f"the {self.plan.provider} server for {self.plan.model} exited with status {code} before it "
+                    f"answered; its log ({self.log_path}) ends:\n{log_tail(self.log_path)}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/models", timeout=2) as answer:
+                    if answer.status == 200:
+                        self.ready_s = time.monotonic() - self.started_s
+                        return
+            except OSError:
+                pass
+            now = time.monotonic()
+            if now - self.started_s > timeout_s:
+                self.stop()
+                raise ConfigError(
+                    f"the {self.plan.provider} server for {self.plan.model} did not answer on {self.url} within "
+                    f"{timeout_s:.0f} s (--socialbias-server-timeout); its log ({self.log_path}) ends:\n"
+                    f"{log_tail(self.log_path)}"
+                )
+            if now >= next_note:
+                progress(f"socialbias: waiting for the {self.plan.provider} server for {self.plan.model} "
+                         f"({now - self.started_s:.0f} s; log {self.log_path})")
+                next_note = now + PROGRESS_EVERY_S
+            time.sleep(0.25)
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.wait(STOP_GRACE_S)
+        try:
+            self.pid_path.unlink()
+        except OSError:
+            pass
+
+
+class ServerPool:
+    """The run's managed servers, on the process that starts them."""
+
+    def __init__(self, cache_dir: Path, timeout_s: float = DEFAULT_START_TIMEOUT_S, progress=None):
+        self.cache_dir = Path(cache_dir)
+        self.timeout_s = timeout_s
+        self.progress = progress or (lambda text: print(text, file=sys.stderr, flush=True))
+        self.servers: dict[str, ManagedServer] = {}
+        self._lock = threading.RLock()
+        self._previous_sigterm = None
+
+    def start(self, plans: dict[str, ServerPlan]) -> None:
+        """Start every planned server (role -> plan; roles with one key share it) and wait
+        until each answers; on failure, stop those started and raise ConfigError."""
+        try:
+            for role, plan in sorted(plans.items()):
+                server = self.servers.get(plan.key)
+                if server is None:
+                    server = ManagedServer(plan, self.cache_dir / SERVER_LOGS / f"{plan.slug}.log")
+                    self.servers[plan.key] = server
+                    self._install_sigterm()
+                    server.start()
+                    self.progress(f"socialbias: starting the {plan.provider} server for {plan.model} on "
+                                  f"127.0.0.1:{server.port} (log {server.log_path})")
+                    server.wait_ready(self.timeout_s, self.progress)
+                    self.progress(f"socialbias: the {plan.provider} server for {plan.model} answered after "
+                                  f"{server.ready_s:.1f} s")
+                    URLS[plan.key] = server.url
+                server.shared_by.append(role)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _install_sigterm(self) -> None:
+        if self._previous_sigterm is not None or threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_sigterm(signum, frame):
+            self.stop()
+            signal.signal(signal.SIGTERM, self._previous_sigterm or signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        self._previous_sigterm = signal.getsignal(signal.SIGTERM) or signal.SIG_DFL
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def stop(self) -> None:
+        with self._lock:
+            for server in self.servers.values():
+                server.stop()
+            for key in self.servers:
+                URLS.pop(key, None)
+            if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, self._previous_sigterm)
+                self._previous_sigterm = None
+
+    def describe(self) -> list[dict]:
+        """What was started, for the summary and the report."""
+        return [
+            {
+                "provider": s.plan.provider, "model": s.plan.model, "roles": sorted(s.shared_by), "url": s.url,
+                "gpus": dict(s.plan.env).get("CUDA_VISIBLE_DEVICES"), "log": str(s.log_path),
+                "ready_s": None if s.ready_s is None else round(s.ready_s, 1),
+            }
+            for s in self.servers.values()
+        ]
