@@ -216,7 +216,7 @@ class ModelSet:
                 if self.settings.record != "off":
                     cache = CallCache(self.settings.cache_dir, self.settings.record)
                 self._model_settings = ModelSettings(
-                    cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads,
+                    cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
                     dry_run=bool(self.settings.dry_run),
                 )
             return self._model_settings

@@ -177,7 +177,18 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if state is None or not state.models.specs:
         return []
     roles = ", ".join(f"{role}={spec.resolved}" for role, spec in sorted(state.models.specs.items()))
-    return [f"socialbias: {roles}; record={state.settings.record}, cache={state.settings.cache_dir}"]
+    lines = [f"socialbias: {roles}; record={state.settings.record}, cache={state.settings.cache_dir}"]
+    servers = state.models.servers.describe() if state.models.servers is not None else []
+    for server in servers:
+        gpus = f"GPUs {server['gpus']}" if server["gpus"] else "all visible GPUs"
+        lines.append(
+            f"socialbias: {server['provider']} server for {server['model']} at {server['url']} ({gpus}; one server "
+            f"for {', '.join(server['roles'])} on every worker; ready in {server['ready_s']} s; log {server['log']})"
+        )
+    if any(spec.provider == "hf" for spec in state.models.specs.values()):
+        where = f"GPU ids {state.settings.gpus} round robin over workers" if state.settings.gpus else "cuda where available, else cpu"
+        lines.append(f"socialbias: hf models run in each process, on its device= or {where}")
+    return lines
 
 
 # ---- collection --------------------------------------------------------------------

@@ -192,7 +192,7 @@ def test_no_server_outlives_an_interrupted_or_killed_run(tmp_path, how):
 def test_vllm_spec_becomes_a_vllm_serve_command_and_a_key_without_port():
     parsed = parse_spec("vllm:/ckpt/my-model?tensor_parallel_size=2&max_model_len=4096&enforce_eager=true&temperature=0.2")
     assert parsed.params == {"temperature": 0.2}
-    assert parsed.server == {"tensor_parallel_size": 2, "max_model_len": 4096, "enforce_eager": True}
+    assert parsed.runtime == {"tensor_parallel_size": 2, "max_model_len": 4096, "enforce_eager": True}
     plan = managed.plan_for(parsed, "--target", "0,1")
     assert list(plan.command) == [
         "vllm", "serve", "/ckpt/my-model", "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager",

@@ -40,6 +40,7 @@ class ModelSettings:
     cache: CallCache | None = None
     concurrency: int = 16
     local_threads: int | None = None  # None: cores // xdist workers
+    gpus: str | None = None  # --socialbias-gpus: in-process models pick theirs from it
     dry_run: bool = False  # --socialbias-dry-run: answer with dry_response, call nothing
     dry_seen: set = field(default_factory=set)  # request keys a dry run has planned
     totals: UsageCounter = field(default_factory=UsageCounter)
@@ -81,11 +82,13 @@ class ModelSettings:
         roles on the same API endpoint share one client and its connection pool.
         Decoding parameters travel with each call, so they are not part of the identity.
         """
-        identity = (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())))
+        identity = (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())),
+                    canonical_json(spec.runtime))
         with self._lock:  # the warm-up thread and the event loop may both ask
             if identity not in self._backends:
                 self._backends[identity] = build_backend(
-                    spec, option, self.local_threads, self._http_clients, key_required=not self.calls_nothing
+                    spec, option, self.local_threads, self._http_clients, key_required=not self.calls_nothing,
+                    gpus=self.gpus,
                 )
             return self._backends[identity]
 
@@ -117,11 +120,11 @@ def check_credentials(spec: ModelSpec, option: str, required: bool = True) -> st
 
 def build_backend(
     spec: ModelSpec, option: str, local_threads: int | None = None, http_clients: dict | None = None,
-    key_required: bool = True,
+    key_required: bool = True, gpus: str | None = None,
 ):
     provider = provider_of(spec)
     key = provider.api_key(spec, option, key_required)
-    return provider.build(BackendContext(spec, key, option, local_threads, http_clients))
+    return provider.build(BackendContext(spec, key, option, local_threads, http_clients, gpus))
 
 
 def _describe(exc: BaseException) -> str:

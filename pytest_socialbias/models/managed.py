@@ -109,7 +109,7 @@ class ServerPlan:
 
 def server_key(spec) -> str:
     """Specs with the same key share one server."""
-    return json.dumps([spec.provider, spec.model, sorted(spec.server.items())], sort_keys=True, default=str)
+    return json.dumps([spec.provider, spec.model, sorted(spec.runtime.items())], sort_keys=True, default=str)
 
 
 def _flag(name: str, value) -> list[str]:
@@ -125,7 +125,7 @@ def vllm_command(spec) -> list[str]:
     """``vllm serve MODEL --host 127.0.0.1 --port {port}`` plus the spec's server arguments
     as flags (``tensor_parallel_size=2`` -> ``--tensor-parallel-size 2``; ``true`` -> a bare flag)."""
     command = ["vllm", "serve", spec.model, "--host", "127.0.0.1", "--port", "{port}"]
-    for name, value in sorted(spec.server.items()):
+    for name, value in sorted(spec.runtime.items()):
         if name in ("command", "gpus"):
             continue
         command += _flag(name, value)
@@ -135,7 +135,7 @@ def vllm_command(spec) -> list[str]:
 def template_command(spec, option: str) -> list[str]:
     """A ``server:`` spec's ``command=``, split like a shell would, each token's ``{model}``,
     ``{host}`` and ``{python}`` filled (``{port}`` at start)."""
-    text = spec.server.get("command")
+    text = spec.runtime.get("command")
     if not isinstance(text, str) or "{port}" not in text:
         raise ConfigError(
             f"{option}={spec}: a server: spec needs command=... with {{port}} (and usually {{model}}), e.g. "
@@ -232,7 +232,9 @@ class ManagedServer:
             try:
                 self.process = subprocess.Popen(
                     command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                    start_new_session=True, preexec_fn=lambda: _die_with_parent(parent),
+                    # preexec_fn only calls prctl and getppid (async-signal-safe in effect);
+                    # servers start in pytest_configure, before this process starts threads.
+                    start_new_session=True, preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509
                 )
             except OSError as exc:
                 raise ConfigError(

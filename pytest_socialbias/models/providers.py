@@ -38,6 +38,7 @@ class BackendContext:
     option: str  # the option that named the model, for error messages
     local_threads: int | None = None
     http_clients: dict | None = None  # one shared HTTP client per SDK
+    gpus: str | None = None  # --socialbias-gpus, for in-process models
 
     @property
     def timeout(self) -> float:
@@ -76,6 +77,9 @@ class Provider:
     #: A server the run starts and stops (models/managed.py); its spec's other
     #: parameters are the server's arguments.
     managed: bool = False
+    #: Its spec's non-decoding parameters are the runtime's settings (hf: device, dtype,
+    #: batching), never sent in a request.
+    runtime_settings: bool = False
     #: (spec) -> (model, base_url) as the cache key names them, where the spec's own do
     #: not (a managed checkpoint: its content hash, not its path or port).
     cache_identity: Callable | None = None
@@ -250,4 +254,36 @@ SERVER = register(Provider(
     constrain_methods=("grammar", "json_schema", "json_object", "none"),
     url_hint="for a server you started, write openai:MODEL@{url}",
     unsupported=(("thinking_budget", "thinking_budget is Anthropic's; an OpenAI-compatible server takes chat_template_kwargs"),),
+))
+
+
+# --------------------------------------------------------------------------- in-process GPU models
+
+
+def _build_hf(ctx: BackendContext):
+    from .hf_backend import HFBackend
+
+    return HFBackend(ctx.spec, ctx.option, gpus=ctx.gpus)
+
+
+def _check_hf(spec, option: str) -> None:
+    from . import hf_backend
+
+    hf_backend.check_available(option)
+    hf_backend.check_spec(spec, option)
+
+
+def _hf_identity(spec) -> tuple:
+    from .managed import checkpoint_identity
+
+    return checkpoint_identity(spec.model), "in-process"
+
+
+#: A transformers causal LM run in this process with batched generation: ``hf:PATH_OR_NAME``.
+HF = register(Provider(
+    name="hf", build=_build_hf, takes_url=False, build_early=False, check=_check_hf, runtime_settings=True,
+    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), cache_identity=_hf_identity,
+    url_hint="for a server, write openai:MODEL@{url} or vllm:MODEL",
+    unsupported=(("reasoning_effort", "the hf backend has no reasoning_effort"),
+                 ("thinking_budget", "the hf backend has no thinking_budget")),
 ))

@@ -84,9 +84,10 @@ class ModelSpec:
     raw: str = ""
     constrain: str | None = None  # how judge answers are held to their labels
     guard: dict = field(default_factory=dict)  # GUARD_SPEC_PARAMS given (guards only)
-    #: A managed server's own arguments (vllm:, server:): every parameter that is not a
-    #: decoding or transport parameter; they start the server and are never sent.
-    server: dict = field(default_factory=dict)
+    #: A managed server's own arguments (vllm:, server:) or an in-process runtime's
+    #: settings (hf:): every parameter that is not a decoding or transport parameter;
+    #: never sent in a request.
+    runtime: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
         return self.raw or f"{self.provider}:{self.model}"
@@ -99,7 +100,7 @@ class ModelSpec:
         query += [f"{k}={v}" for k, v in sorted(self.transport.items())]
         query += [f"constrain={self.constrain}"] if self.constrain else []
         query += [f"{k}={v}" for k, v in sorted(self.guard.items())]
-        query += [f"{k}={_shown(v)}" for k, v in sorted(self.server.items())]
+        query += [f"{k}={_shown(v)}" for k, v in sorted(self.runtime.items())]
         return text + ("?" + "&".join(query) if query else "")
 
     def to_dict(self) -> dict:
@@ -112,8 +113,8 @@ class ModelSpec:
         if self.constrain:
             out["constrain"] = self.constrain
         out.update(sorted(self.guard.items()))
-        if self.server:
-            out["server"] = dict(sorted(self.server.items()))
+        if self.runtime:
+            out["runtime"] = dict(sorted(self.runtime.items()))
         return out
 
 
@@ -204,7 +205,7 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     params: dict = {}
     transport: dict = {}
     guard: dict = {}
-    server: dict = {}
+    runtime: dict = {}
     constrain = None
     query = match["query"]
     if query is not None:
@@ -231,8 +232,8 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
                 params[name] = None  # drop what the role would send
             elif name in DECODING_PARAMS:
                 params[name] = _convert(option, raw, name, value, DECODING_PARAMS[name])
-            elif entry.managed and name not in PASS_THROUGH_KNOWN:
-                server[name] = _pass_through_value(value)  # an argument of the server it starts
+            elif (entry.managed or entry.runtime_settings) and name not in PASS_THROUGH_KNOWN:
+                runtime[name] = _pass_through_value(value)  # an argument of the server or runtime
             else:
                 close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
                 if close and name not in PASS_THROUGH_KNOWN:
@@ -245,4 +246,4 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     for name, hint in entry.unsupported:
         if params.get(name) is not None:
             raise ConfigError(f"{option}={raw}: {hint}")
-    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain, guard, server)
+    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain, guard, runtime)

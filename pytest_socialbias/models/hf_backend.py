@@ -1,0 +1,369 @@
+"""In-process batched generation with a transformers causal LM: ``hf:PATH_OR_NAME``.
+
+For a release candidate on the team's own GPUs without a server. Requests that are in
+flight together (the event loop runs every case of a batch concurrently) are gathered into
+padded batches: a request waits at most ``batch_wait_ms`` for others, a batch holds at most
+``max_batch`` requests, and one decode loop serves the whole batch with each row's own
+settings:
+
+- sampling per row: temperature (0 = greedy), top-p, its own budget (``max_tokens``) and
+  its own ``torch.Generator``, seeded from the request's ``seed`` or, without one, from
+  the request itself, so the same request gives the same answer whatever else shares its
+  batch;
+- answers held to labels (a judge's ``Yes``/``No``, ``N``/``O``/``B``): at every step only
+  the tokens that continue one of the labels are allowed, so the first token already
+  decides the label (its log-probabilities are those the treatment judge reads);
+- token log-probabilities of the model's own distribution (before temperature), with
+  the top alternatives, when asked.
+
+Settings, as spec parameters (never sent, not in the cache key): ``device`` (default cuda
+when available, else cpu; under xdist a worker takes the ``--socialbias-gpus`` id of its
+index), ``dtype`` (auto, float32, float16, bfloat16), ``max_batch`` (default 16),
+``batch_wait_ms`` (default 5), ``gguf_file`` (a GGUF file inside a folder). A ``.gguf`` file
+as the model loads through transformers' GGUF support (dequantised), so the embedded
+SmolLM2 serves this path in tests. Needs the ``gpu`` extra (torch, transformers, gguf).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ConfigError
+from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse
+
+INSTALL_HINT = "pip install 'pytest-socialbias[gpu]' (torch, transformers and gguf)"
+DEFAULT_MAX_BATCH = 16
+DEFAULT_BATCH_WAIT_MS = 5.0
+DEFAULT_MAX_TOKENS = 256
+SETTINGS = ("device", "dtype", "max_batch", "batch_wait_ms", "gguf_file")
+#: Models loaded in this process: (model, device, dtype, gguf_file, gpus) -> (tokenizer, model, device).
+_LOADED: dict = {}
+_LOADED_LOCK = threading.Lock()
+#: Every batch this process decoded: (rows, generated tokens, seconds); for benchmarks.
+BATCH_LOG: list = []
+
+
+def check_available(option: str) -> None:
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"{option}: the hf backend needs {' and '.join(missing)}: {INSTALL_HINT}")
+
+
+def check_spec(spec, option: str) -> None:
+    unknown = sorted(set(spec.runtime) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(
+            f"{option}={spec}: unknown hf setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)} "
+            "(decoding parameters: temperature, top_p, max_tokens, seed)"
+        )
+    for name in ("max_batch",):
+        value = spec.runtime.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{option}={spec}: {name}={value!r}: expected a whole number >= 1")
+    wait = spec.runtime.get("batch_wait_ms")
+    if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0):
+        raise ConfigError(f"{option}={spec}: batch_wait_ms={wait!r}: expected a number of milliseconds >= 0")
+
+
+def request_seed(messages: list[dict], params: dict, sample: int) -> int:
+    text = json.dumps([messages, params, sample], sort_keys=True, ensure_ascii=False)
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
+
+
+def worker_device(gpus: str | None) -> str:
+    """The device of this process: the ``--socialbias-gpus`` id of its xdist worker index
+    (round robin), else cuda, else cpu."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    ids = [int(x) for x in gpus.split(",")] if gpus else list(range(torch.cuda.device_count()))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    return f"cuda:{ids[index % len(ids)]}" if ids else "cpu"
+
+
+@dataclass
+class _Row:
+    """One request in a batch."""
+
+    prompt: list
+    max_tokens: int
+    temperature: float
+    top_p: float
+    seed: int
+    top_logprobs: int | None
+    choices: list | None  # token-id sequences of the labels, when held to them
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    tokens: list = field(default_factory=list)
+    logprobs: list = field(default_factory=list)
+    done: bool = False
+    finish: str = FINISH_STOP
+
+
+class HFBackend:
+    def __init__(self, spec, option: str, gpus: str | None = None):
+        check_available(option)
+        check_spec(spec, option)
+        self.spec = spec
+        self.option = option
+        self.gpus = gpus
+        settings = spec.runtime
+        self.max_batch = int(settings.get("max_batch", DEFAULT_MAX_BATCH))
+        self.batch_wait_s = float(settings.get("batch_wait_ms", DEFAULT_BATCH_WAIT_MS)) / 1000.0
+        self.base_url = "in-process"
+        self._model = None
+        self._tokenizer = None
+        self._device = None
+        self._load_lock = threading.Lock()
+        self._pending: list[_Row] = []
+        self._pending_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        #: Batches run and rows per batch, for benchmarks and tests.
+        self.batches: list[int] = []
+
+    # ---- loading ----------------------------------------------------------------------
+
+    def _load(self) -> None:
+        with self._load_lock:
+            if self._model is not None:
+                return
+            settings = self.spec.runtime
+            key = (self.spec.model, settings.get("device"), settings.get("dtype"), settings.get("gguf_file"), self.gpus)
+            with _LOADED_LOCK:
+                if key not in _LOADED:
+                    _LOADED[key] = self._load_model()
+            self._tokenizer, self._model, self._device = _LOADED[key]
+
+    def _load_model(self) -> tuple:
+        """(tokenizer, model, device): loading a GGUF file dequantises it and converts its
+        tokenizer, which takes a while, so a process loads each model once."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        settings = self.spec.runtime
+        device = settings.get("device") or worker_device(self.gpus)
+        dtype = settings.get("dtype", "auto")
+        dtypes = {"auto": "auto", "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+        if dtype not in dtypes:
+            raise ConfigError(f"{self.option}={self.spec}: dtype={dtype!r}: expected one of {', '.join(dtypes)}")
+        path = Path(self.spec.model).expanduser()
+        kwargs: dict = {}
+        source = self.spec.model
+        if path.is_file() and path.suffix == ".gguf":
+            source, kwargs["gguf_file"] = str(path.parent), path.name
+        elif settings.get("gguf_file"):
+            kwargs["gguf_file"] = settings["gguf_file"]
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(
+                source, dtype=dtypes[dtype] if dtype != "auto" or device != "cpu" else torch.float32, **kwargs
+            )
+        except (OSError, ValueError, ImportError) as exc:
+            raise ConfigError(f"{self.option}={self.spec}: cannot load the model: {exc}") from None
+        model.to(device)
+        model.eval()
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+        return tokenizer, model, device
+
+    # ---- the call ---------------------------------------------------------------------
+
+    async def complete(
+        self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0,
+        constrain: str | None = None,
+    ) -> ChatResponse:
+        if self._model is None:
+            await asyncio.to_thread(self._load)
+        unknown = sorted(set(params) - {"temperature", "top_p", "max_tokens", "seed"})
+        if unknown:
+            raise ConfigError(
+                f"{self.option}={self.spec}: the hf backend takes no parameter {', '.join(unknown)}; "
+                "decoding parameters: temperature, top_p, max_tokens, seed"
+            )
+        tokenizer = self._tokenizer
+        # The template's text, then its tokens (the template writes any special tokens).
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        labels = None
+        if choices:
+            labels = [tokenizer.encode(str(c), add_special_tokens=False) for c in choices]
+            labels = [ids for ids in labels if ids]
+        loop = asyncio.get_running_loop()
+        row = _Row(
+            prompt=list(prompt),
+            max_tokens=int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
+            temperature=float(params.get("temperature", 1.0)),
+            top_p=float(params.get("top_p", 1.0)),
+            seed=int(params["seed"]) + sample if "seed" in params else request_seed(messages, params, sample),
+            top_logprobs=top_logprobs,
+            choices=labels or None,
+            future=loop.create_future(),
+            loop=loop,
+        )
+        self._submit(row)
+        await row.future
+        text = tokenizer.decode(row.tokens, skip_special_tokens=True).strip()
+        return ChatResponse(
+            text=text,
+            finish_reason=row.finish,
+            prompt_tokens=len(row.prompt),
+            completion_tokens=len(row.tokens),
+            logprobs=row.logprobs if top_logprobs is not None else None,
+            model=self.spec.model,
+        )
+
+    def _submit(self, row: _Row) -> None:
+        with self._pending_lock:
+            self._pending.append(row)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="socialbias-hf-batcher", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _serve(self) -> None:
+        """The batcher thread: take what is pending (waiting up to batch_wait for more,
+        at most max_batch), decode it as one batch, repeat."""
+        while not self._closed:
+            self._wake.wait(0.5)
+            with self._pending_lock:
+                if not self._pending:
+                    self._wake.clear()
+                    continue
+            if self.batch_wait_s:
+                deadline = time.monotonic() + self.batch_wait_s
+                while time.monotonic() < deadline:
+                    with self._pending_lock:
+                        if len(self._pending) >= self.max_batch:
+                            break
+                    time.sleep(min(0.001, self.batch_wait_s))
+            with self._pending_lock:
+                rows, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
+                if not self._pending:
+                    self._wake.clear()
+            try:
+                self._decode(rows)
+            except BaseException as exc:  # every waiting call gets the error
+                for row in rows:
+                    if not row.done:
+                        row.loop.call_soon_threadsafe(_fail, row.future, exc)
+                continue
+            for row in rows:
+                row.loop.call_soon_threadsafe(_finish, row.future)
+
+    def _decode(self, rows: list[_Row]) -> None:
+        import torch
+
+        self.batches.append(len(rows))
+        started = time.perf_counter()
+        model, tokenizer, device = self._model, self._tokenizer, self._device
+        width = max(len(r.prompt) for r in rows)
+        pad = tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows], device=device)
+        mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], device=device)
+        generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in rows]
+        eos = set(_eos_ids(model, tokenizer))
+        # The KV cache argument is ``cache`` in newer transformers, ``past_key_values`` before.
+        cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        past = None
+        steps = max(r.max_tokens if r.choices is None else max(len(c) for c in r.choices) for r in rows)
+        with torch.no_grad():
+            for step in range(steps):
+                positions = (mask.cumsum(-1) - 1).clamp(min=0)
+                if past is None:
+                    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+                else:
+                    out = model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
+                                use_cache=True, **{cache_arg: past})
+                past = getattr(out, cache_arg, None)
+                logits = out.logits[:, -1, :].float().cpu()
+                chosen = []
+                for index, row in enumerate(rows):
+                    token = pad if row.done else self._pick(row, logits[index], generators[index], step)
+                    chosen.append(token)
+                    if row.done:
+                        continue
+                    row.tokens.append(token)
+                    if row.choices is not None:
+                        if any(c == row.tokens for c in row.choices):
+                            row.done = True
+                    elif token in eos:
+                        row.tokens.pop()
+                        row.done = True
+                    elif len(row.tokens) >= row.max_tokens:
+                        row.done, row.finish = True, FINISH_LENGTH
+                if all(r.done for r in rows):
+                    break
+                ids = torch.cat([ids, torch.tensor(chosen, device=device)[:, None]], dim=1)
+                mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
+        for row in rows:
+            row.done = True
+        BATCH_LOG.append((len(rows), sum(len(r.tokens) for r in rows), time.perf_counter() - started))
+
+    def _pick(self, row: _Row, logits, generator, step: int) -> int:
+        import torch
+
+        logprobs = torch.log_softmax(logits, dim=-1)
+        scores = logits.clone()
+        if row.choices is not None:
+            allowed = {c[step] for c in row.choices if len(c) > step and c[:step] == row.tokens}
+            keep = torch.full_like(scores, float("-inf"))
+            index = torch.tensor(sorted(allowed))
+            keep[index] = scores[index]
+            scores = keep
+        if row.temperature <= 0:
+            token = int(torch.argmax(scores))
+        else:
+            probs = torch.softmax(scores / row.temperature, dim=-1)
+            if row.top_p < 1.0:
+                ordered, order = torch.sort(probs, descending=True)
+                cumulative = torch.cumsum(ordered, dim=-1)
+                cut = cumulative - ordered > row.top_p  # keep the smallest set reaching top_p
+                ordered[cut] = 0.0
+                probs = torch.zeros_like(probs).scatter(0, order, ordered)
+            token = int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
+        if row.top_logprobs is not None:
+            tokenizer = self._tokenizer
+            top = torch.topk(logprobs, max(1, row.top_logprobs))
+            row.logprobs.append({
+                "token": tokenizer.decode([token]),
+                "logprob": float(logprobs[token]),
+                "top": [{"token": tokenizer.decode([int(t)]), "logprob": float(v)} for v, t in zip(top.values, top.indices)],
+            })
+        return token
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = model.generation_config.eos_token_id if getattr(model, "generation_config", None) else None
+    ids = ids if isinstance(ids, list) else [ids] if ids is not None else []
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return [int(i) for i in ids]
+
+
+def _finish(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _fail(future: asyncio.Future, exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
