@@ -164,22 +164,40 @@ class ModelSet:
             )
         return out
 
-    def server_plans(self) -> dict:
-        """Role -> the server to start for it (vllm:, server: specs; models/managed.py)."""
-        from .models.managed import plan_for
+    def server_plans(self, workers: int = 0) -> dict:
+        """Role -> the server this process starts for it (vllm:, server: specs;
+        models/managed.py): the shared ones on the controller; per-worker ones
+        (``placement=worker``) on each worker with its share of the GPUs, or on the only
+        process when there are no workers (``workers`` is 0)."""
+        import os
 
-        return {
-            role: plan_for(spec, role_of(role).option, self.settings.gpus)
-            for role, spec in self.specs.items()
-            if provider_of(spec).managed
-        }
+        from .models.managed import gpu_share, placement, plan_for
 
-    def start_servers(self) -> None:
-        """Start the run's managed servers (the controller only; never for a dry run or a
-        replay, which call nothing); ConfigError quoting the log when one fails."""
-        plans = self.server_plans()
+        out = {}
+        for role, spec in self.specs.items():
+            if not provider_of(spec).managed:
+                continue
+            option = role_of(role).option
+            per_worker = placement(spec, option) == "worker"
+            if per_worker and self.is_worker:
+                name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+                count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+                index = int(name[2:]) if name[2:].isdigit() else 0
+                out[role] = plan_for(spec, option, gpu_share(self.settings.gpus, index, count), name)
+            elif per_worker and not self.is_worker and not workers:
+                out[role] = plan_for(spec, option, self.settings.gpus, "main")
+            elif not per_worker and not self.is_worker:
+                out[role] = plan_for(spec, option, self.settings.gpus)
+        return out
+
+    def start_servers(self, workers: int = 0) -> None:
+        """Start this process's managed servers (never for a dry run or a replay, which
+        call nothing); ConfigError quoting the log when one fails."""
         s = self.settings
-        if not plans or self.is_worker or s.dry_run or s.record == "none":
+        if s.dry_run or s.record == "none":
+            return
+        plans = self.server_plans(workers)
+        if not plans:
             return
         from .models.managed import DEFAULT_START_TIMEOUT_S, ServerPool
 

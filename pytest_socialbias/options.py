@@ -171,7 +171,8 @@ OPTIONS: tuple[Option, ...] = (
                "what a guard's block does to a DyMT dialogue: end (it stops there, as a deployed filter "
                "would; default) or follow (it goes on, the reply flagged); the report records it")),
     Option("--socialbias-gpus", "socialbias_gpus", "gpus", metavar="IDS", parse=_gpus, help=(
-        "GPUs for the servers the run starts (vllm:, server: specs), as CUDA_VISIBLE_DEVICES takes "
+        "GPUs for the servers the run starts (vllm:, server:; split between workers with placement=worker) "
+        "and for hf: models (one per worker, round robin), as CUDA_VISIBLE_DEVICES takes "
         "them, e.g. 0,1,2,3 (default: all visible)")),
     Option("--socialbias-server-timeout", "socialbias_server_timeout", "server_timeout", metavar="SECONDS",
            parse=_seconds, help="how long a started server may take to answer (default 900)"),

@@ -111,11 +111,12 @@ def pytest_configure(config: pytest.Config) -> None:
             aggregator = Aggregator(settings, models, gates)
             _preflight(config, settings, gates)
             if not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False)):
-                models.start_servers()
+                models.start_servers(workers=_xdist_workers(config))
         else:
             from .models import managed
 
             managed.URLS.update(config.workerinput.get("socialbias_servers") or {})
+            models.start_servers()  # this worker's own (placement=worker), if any
         models.start_warm_up()
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -127,6 +128,16 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(Controller(state), "socialbias-controller")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(state), "socialbias-xdist-controller")
+
+
+def _xdist_workers(config: pytest.Config) -> int:
+    """How many xdist workers will run cases (0: this process runs them)."""
+    if getattr(config.option, "dist", "no") == "no":
+        return 0
+    try:
+        return int(getattr(config.option, "numprocesses", 0) or 0)
+    except (TypeError, ValueError):
+        return 1
 
 
 def _preflight(config: pytest.Config, settings, gates) -> None:
@@ -185,6 +196,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"socialbias: {server['provider']} server for {server['model']} at {server['url']} ({gpus}; one server "
             f"for {', '.join(server['roles'])} on every worker; ready in {server['ready_s']} s; log {server['log']})"
         )
+    from .models.managed import placement
+    from .models.providers import provider_of
+
+    for role, spec in sorted(state.models.specs.items()):
+        if provider_of(spec).managed and placement(spec) == "worker" and _xdist_workers(config):
+            lines.append(
+                f"socialbias: {role}: one {spec.provider} server per worker, each on its share of "
+                f"{'GPUs ' + state.settings.gpus if state.settings.gpus else 'the visible GPUs'} "
+                f"(logs .socialbias/servers/*-gwN.log)"
+            )
     if any(spec.provider == "hf" for spec in state.models.specs.values()):
         where = f"GPU ids {state.settings.gpus} round robin over workers" if state.settings.gpus else "cuda where available, else cpu"
         lines.append(f"socialbias: hf models run in each process, on its device= or {where}")

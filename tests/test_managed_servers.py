@@ -143,6 +143,34 @@ def test_workers_share_the_controllers_server(tmp_path):
     assert gone(int(ports[0]), within_s=5)
 
 
+def test_placement_worker_gives_each_worker_its_own_server_and_gpu_share(tmp_path):
+    write_suite(tmp_path, cases=2)
+    own = spec() + "&placement=worker"
+    args = [sys.executable, "-m", "pytest", "tiny.yaml", "-p", "no:cacheprovider", f"--target={own}",
+            f"--judge={own}", "--socialbias-report=r.json", f"--rootdir={tmp_path}", "-n", "2",
+            "--socialbias-batch-size=1", "--socialbias-record=off", "--socialbias-gpus=0,1"]
+    done = subprocess.run(args, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode in (0, 1), output[-3000:]
+    assert len(STARTED.findall(output)) == 2  # one per worker (their progress lines come through)
+    assert "one server server per worker" in output
+    logs = sorted((tmp_path / ".socialbias" / "servers").glob("server-*.log"))  # none on the controller
+    assert [log.name.rsplit("-", 1)[1] for log in logs] == ["gw0.log", "gw1.log"]
+    # Each worker's server saw one GPU of the two.
+    assert [log.read_text().splitlines()[0] for log in logs] == ["# CUDA_VISIBLE_DEVICES=0", "# CUDA_VISIBLE_DEVICES=1"]
+    ports = [re.search(r"--port (\d+)", log.read_text()).group(1) for log in logs]
+    assert ports[0] != ports[1] and all(gone(int(port), within_s=10) for port in ports)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert len(report["cases"]) == 2 and all(c["outcome"] != "error" for c in report["cases"]), report["cases"]
+
+
+def test_gpu_shares():
+    assert managed.gpu_share("0,1,2,3", 1, 2) == "2,3"
+    assert managed.gpu_share("0,1,2,3", 3, 4) == "3"
+    assert managed.gpu_share("0,1", 2, 3) == "0"  # more workers than GPUs: round robin
+    assert managed.gpu_share(None, 0, 2) is None
+
+
 def test_a_server_that_fails_to_start_is_a_usage_error_quoting_its_log(tmp_path):
     write_suite(tmp_path)
     failing = "{python} -c \"import sys; print('no GPU here, port {port}'); sys.exit(3)\""

@@ -101,10 +101,16 @@ class ServerPlan:
     model: str
     command: tuple  # tokens; "{port}" is filled at start
     env: tuple = ()  # (name, value) pairs added to the environment
+    worker: str | None = None  # the xdist worker a per-worker server belongs to
 
     @property
     def slug(self) -> str:
-        return f"{self.provider}-{hashlib.sha256(self.key.encode()).hexdigest()[:10]}"
+        base = f"{self.provider}-{hashlib.sha256(server_key_of_plan(self).encode()).hexdigest()[:10]}"
+        return base + (f"-{self.worker}" if self.worker else "")
+
+
+def server_key_of_plan(plan) -> str:
+    return json.loads(plan.key)[0] if plan.worker else plan.key
 
 
 def server_key(spec) -> str:
@@ -126,7 +132,7 @@ def vllm_command(spec) -> list[str]:
     as flags (``tensor_parallel_size=2`` -> ``--tensor-parallel-size 2``; ``true`` -> a bare flag)."""
     command = ["vllm", "serve", spec.model, "--host", "127.0.0.1", "--port", "{port}"]
     for name, value in sorted(spec.runtime.items()):
-        if name in ("command", "gpus"):
+        if name in ("command", "gpus", "placement"):
             continue
         command += _flag(name, value)
     return command
@@ -154,10 +160,41 @@ def template_command(spec, option: str) -> list[str]:
         ) from None
 
 
-def plan_for(spec, option: str, gpus: str | None) -> ServerPlan:
+#: Where a managed server runs (the spec's ``placement=``): ``shared``, one server on the
+#: controller for every worker; ``worker``, one per process that runs cases, each on its
+#: own share of the GPUs.
+PLACEMENTS = ("shared", "worker")
+
+
+def placement(spec, option: str = "--target") -> str:
+    value = spec.runtime.get("placement", "shared")
+    if value not in PLACEMENTS:
+        raise ConfigError(f"{option}={spec}: placement={value!r}: expected {' or '.join(PLACEMENTS)}")
+    return value
+
+
+def gpu_share(gpus: str | None, worker: int, workers: int) -> str | None:
+    """Worker ``worker`` of ``workers``' share of ``gpus`` (contiguous, as even as the count
+    allows; a worker beyond the GPUs shares round robin); None leaves the GPUs as they are."""
+    if gpus is None:
+        return None
+    ids = gpus.split(",")
+    if workers <= 1:
+        return gpus
+    if workers >= len(ids):
+        return ids[worker % len(ids)]
+    size = len(ids) // workers
+    return ",".join(ids[worker * size:(worker + 1) * size])
+
+
+def plan_for(spec, option: str, gpus: str | None, worker: str | None = None) -> ServerPlan:
+    """The server to start for ``spec`` with ``gpus`` visible; ``worker`` (``gw0``) names a
+    per-worker server, so each worker's has a key, log and port of its own."""
+    placement(spec, option)
     command = vllm_command(spec) if spec.provider == "vllm" else template_command(spec, option)
     env = (("CUDA_VISIBLE_DEVICES", gpus),) if gpus is not None else ()
-    return ServerPlan(server_key(spec), spec.provider, spec.model, tuple(command), env)
+    key = server_key(spec) if worker is None else json.dumps([server_key(spec), worker])
+    return ServerPlan(key, spec.provider, spec.model, tuple(command), env, worker)
 
 
 # --------------------------------------------------------------------------- the registry
@@ -168,7 +205,10 @@ URLS: dict[str, str] = {}
 
 
 def url_for(spec) -> str:
-    return URLS.get(server_key(spec), NOT_STARTED_URL)
+    """The URL of ``spec``'s server: this worker's own (placement=worker), else the shared one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    own = URLS.get(json.dumps([server_key(spec), worker or "main"]))
+    return own or URLS.get(server_key(spec), NOT_STARTED_URL)
 
 
 # --------------------------------------------------------------------------- processes
@@ -227,7 +267,7 @@ class ManagedServer:
         env = {**os.environ, **dict(self.plan.env)}
         parent = os.getpid()
         with open(self.log_path, "w", encoding="utf-8") as log:
-            log.write(f"# {shlex.join(command)}\n")
+            log.write("".join(f"# {name}={value}\n" for name, value in self.plan.env) + f"# {shlex.join(command)}\n")
             log.flush()
             try:
                 self.process = subprocess.Popen(
@@ -359,6 +399,7 @@ class ServerPool:
         return [
             {
                 "provider": s.plan.provider, "model": s.plan.model, "roles": sorted(s.shared_by), "url": s.url,
+                "worker": s.plan.worker,
                 "gpus": dict(s.plan.env).get("CUDA_VISIBLE_DEVICES"), "log": str(s.log_path),
                 "ready_s": None if s.ready_s is None else round(s.ready_s, 1),
             }
