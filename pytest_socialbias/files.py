@@ -41,6 +41,10 @@ def looks_like_suite(path: Path) -> bool:
     return bool(_SUITE_MARKER.search(head))
 
 
+#: PyYAML's C (libyaml) safe loader where it is built in, else the pure-Python one.
+FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def yaml_line(root: yaml.Node | None, path) -> int:
     """1-based line of the node at ``path`` in the composed YAML tree (best effort)."""
     node = root
@@ -95,8 +99,10 @@ def read_yaml(path: Path, what: str):
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read {what}: {exc}") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        # One parse, with libyaml where PyYAML has it: the node tree keeps every line for
+        # error messages, and the data are built from it (the same values safe_load gives).
+        node = yaml.compose(text, Loader=FAST_LOADER)
+        data = None if node is None else yaml.SafeLoader("").construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""

@@ -75,6 +75,9 @@ def _is_worker(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from .protocols import forget_suites
+
+    forget_suites()  # suites are read once per session (preflight, then collection)
     for category in CATEGORIES:
         config.addinivalue_line("markers", f"{category}: social-bias cases of the {category} category")
     for style in STYLES:

@@ -81,7 +81,7 @@ def render(text: str, values: dict) -> str:
 @lru_cache(maxsize=None)
 def load(name: str) -> Template:
     text = resources.files(__package__).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     extras = {k: v for k, v in data.items() if k not in ("name", "version", "system", "user")}
     return Template(
         name=data["name"],

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..cases import Suite, SuiteOverrides, read_suite
 from ..models.spec import DECODING_PARAMS, check_param
-from . import benevdial, detect, dymt, scripted, smoke, zeroshot
+from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
 from .base import GuardRole, Protocol, Roles, outcome_of
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -30,7 +30,7 @@ PROTOCOLS: dict[str, Protocol] = {
     )
 }
 
-__all__ = ["PROTOCOLS", "GuardRole", "Protocol", "Roles", "load_suite", "outcome_of", "required_roles"]
+__all__ = ["PROTOCOLS", "GuardRole", "Protocol", "Roles", "forget_suites", "load_suite", "outcome_of", "required_roles"]
 
 
 def _key_takers() -> dict[str, list[str]]:
@@ -41,9 +41,39 @@ def _key_takers() -> dict[str, list[str]]:
     return takers
 
 
+#: Suites loaded in this pytest session, by file identity and overrides: the preflight and
+#: the collection load every suite file, so the second load is free. Emptied when a session
+#: starts (forget_suites), so files edited between sessions (seeds, dialogues) are read again.
+_LOADED: dict = {}
+
+
+def forget_suites() -> None:
+    _LOADED.clear()
+    seeds.SEEDS_READ.clear()
+
+
 def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Suite:
-    """Load a suite file with its protocol's loader; ConfigError naming file:line and the fix."""
-    source = read_suite(Path(path))
+    """Load a suite file with its protocol's loader; ConfigError naming file:line and the fix.
+
+    A file loaded before in this session, unchanged since (same size and modification
+    time) and with the same overrides, gives the same Suite (treat it as read-only)."""
+    path = Path(path)
+    overrides = overrides or SuiteOverrides()
+    try:
+        stat = path.resolve().stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, overrides)
+    except (OSError, TypeError):
+        key = None
+    if key is not None and key in _LOADED:
+        return _LOADED[key]
+    suite = _load_suite(path, overrides)
+    if key is not None:
+        _LOADED[key] = suite
+    return suite
+
+
+def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
+    source = read_suite(path)
     protocol = PROTOCOLS[source.protocol]
     source.check_keys(protocol.name, protocol.keys, _key_takers())
     suite = protocol.load(source, protocol, overrides or SuiteOverrides())

@@ -28,11 +28,27 @@ FAIRMT_SUBSET = "stereotype"
 SCRIPTED_TURNS = 5
 
 
+#: Seeds files read in this session (several suites share one: DyMT, zero-shot, scripted);
+#: emptied with the suites when a session starts (protocols.forget_suites).
+SEEDS_READ: dict = {}
+
+
 def load_seeds(path: Path) -> tuple[list[tuple[dict, list]], object]:
     """Seeds from a seeds file: (seed, its location path) pairs, validated; and the tree."""
-    data, node = read_yaml(path, "seeds file")
-    validate(data, "seeds", str(path), node)
-    return [(raw, ["seeds", i]) for i, raw in enumerate(data["seeds"])], node
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None
+    if key is None or key not in SEEDS_READ:
+        data, node = read_yaml(path, "seeds file")
+        validate(data, "seeds", str(path), node)
+        found = ([(raw, ["seeds", i]) for i, raw in enumerate(data["seeds"])], node)
+        if key is None:
+            return found
+        SEEDS_READ[key] = found
+    seeds, node = SEEDS_READ[key]
+    return list(seeds), node
 
 
 def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
