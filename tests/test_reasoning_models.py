@@ -339,3 +339,23 @@ def test_budget_raises_are_bounded_and_never_compound():
     assert adaptation.raise_budget(20, 20) == 320  # a call sent with the old budget: no second raise
     assert adaptation.raise_budget(20, 320) == MAX_BUDGET
     assert adaptation.raise_budget(20, MAX_BUDGET) is None
+
+
+def test_a_method_found_to_work_is_never_also_failed_whatever_the_order_of_first_answers():
+    """Under concurrency a conforming and a non-conforming first answer can be checked in
+    either order; the outcome (and so a replayed run's report) must not depend on it."""
+    from pytest_socialbias.models.adapt import Adaptation, merge
+
+    first = Adaptation()
+    first.fails("grammar")
+    first.works("grammar")
+    second = Adaptation()
+    second.works("grammar")
+    second.fails("grammar")
+    assert first.to_dict() == second.to_dict() == {"constrain": "grammar"}
+    # Records taken while the checks were in flight still merge to the same state.
+    assert merge([{"constrain_failed": ["grammar"]}, {"constrain": "grammar"}]) == {"constrain": "grammar"}
+    third = Adaptation()
+    third.fails("grammar")
+    third.works("json_schema")
+    assert third.to_dict() == {"constrain": "json_schema", "constrain_failed": ["grammar"]}

@@ -299,24 +299,28 @@ add(Metric("detector_error_rate", "detection", DIALOGUE_RATE, HIGHER, "share of 
 # ---- judge agreement with reference labels (--socialbias-judge-check): judgecheck.py
 # computes a row of suite judge-check for each of these (the family is the suite's name).
 
-for _task in ("bias", "refusal"):
-    for _stat, _percent, _what in (
+_JUDGE_CHECK_STATISTICS = {
+    # task: (statistic, a share?, what it says), one judge-check row each
+    "bias": (
         ("agreement", True, "share of reference replies the judge labels as the reference does"),
         ("kappa", False, "Cohen's kappa with the reference labels"),
         ("ac1", False, "Gwet's AC1 with the reference labels"),
         ("sensitivity", True, "share of reference positives the judge finds"),
         ("specificity", True, "share of reference negatives the judge clears"),
-    ):
+    ),
+    # The three-class treatment judge (reference lines with task: treatment).
+    "treatment": (
+        ("agreement", True, "share of reference dialogues the judge classes as the reference does (N/OB/BB)"),
+        ("kappa", False, "Cohen's kappa over the three classes"),
+        ("ac1", False, "Gwet's multi-category AC1 over the three classes"),
+        ("recall_n", True, "share of reference N dialogues the judge classes N"),
+        ("recall_ob", True, "share of reference OB dialogues the judge classes OB"),
+        ("recall_bb", True, "share of reference BB dialogues the judge classes BB"),
+    ),
+}
+_JUDGE_CHECK_STATISTICS["refusal"] = _JUDGE_CHECK_STATISTICS["bias"]
+
+for _task in ("bias", "refusal", "treatment"):
+    for _stat, _percent, _what in _JUDGE_CHECK_STATISTICS[_task]:
         add(Metric(f"{_task}_judge_{_stat}", JUDGE_CHECK_SUITE, STATISTIC, LOWER, f"{_task} judge: {_what}",
                    percent=_percent, in_snapshot=False, statistic_interval=ITEM_BOOTSTRAP if not _percent else WILSON))
-# The three-class treatment judge (reference lines with task: treatment).
-for _stat, _percent, _what in (
-    ("agreement", True, "share of reference dialogues the judge classes as the reference does (N/OB/BB)"),
-    ("kappa", False, "Cohen's kappa over the three classes"),
-    ("ac1", False, "Gwet's multi-category AC1 over the three classes"),
-    ("recall_n", True, "share of reference N dialogues the judge classes N"),
-    ("recall_ob", True, "share of reference OB dialogues the judge classes OB"),
-    ("recall_bb", True, "share of reference BB dialogues the judge classes BB"),
-):
-    add(Metric(f"treatment_judge_{_stat}", JUDGE_CHECK_SUITE, STATISTIC, LOWER, f"treatment judge: {_what}",
-               percent=_percent, in_snapshot=False, statistic_interval=ITEM_BOOTSTRAP if not _percent else WILSON))

@@ -62,6 +62,17 @@ class Adaptation:
             failed=list(data.get("constrain_failed") or []),
         )
 
+    def works(self, method: str) -> None:
+        """``method`` held an answer to its labels: the endpoint's method from now on."""
+        self.constrain = method
+        self.failed = [m for m in self.failed if m != method]
+
+    def fails(self, method: str) -> None:
+        """``method`` was refused or not honoured; one already found to work stays (an
+        answer checked while the first ones were in flight does not undo it)."""
+        if method != self.constrain and method not in self.failed:
+            self.failed.append(method)
+
     def budget(self, asked: int) -> int:
         return self.budgets.get(str(asked), asked)
 
@@ -101,6 +112,9 @@ def merge(adaptations: list[dict]) -> dict:
             out.budgets[asked] = max(raised, out.budgets.get(asked, 0))
         out.constrain = one.constrain or out.constrain
         out.failed = sorted(set(out.failed) | set(one.failed))
+    # A method that held answers somewhere is the endpoint's, not a failed one (records
+    # taken while concurrent first answers were still being checked may list it as both).
+    out.failed = [m for m in out.failed if m != out.constrain]
     return out.to_dict()
 
 

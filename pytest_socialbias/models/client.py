@@ -328,7 +328,7 @@ class Model:
                     # (it ignores what it does not know): not a method that works here.
                     self._constraint_failed(request["constrain"])
                     continue
-                self.settings.learn(self.endpoint, lambda a: setattr(a, "constrain", request["constrain"]))
+                self.settings.learn(self.endpoint, lambda a: a.works(request["constrain"]))
             if adaptive_budget and self._cut_while_reasoning(response, request):
                 asked = self._params(call_params).get("max_tokens")
                 if asked and "max_tokens" not in self.spec.params:
@@ -345,7 +345,7 @@ class Model:
         return not response.text.strip() and response.finish_reason == FINISH_LENGTH
 
     def _constraint_failed(self, method: str) -> None:
-        self.settings.learn(self.endpoint, lambda a: a.failed.append(method) if method not in a.failed else None)
+        self.settings.learn(self.endpoint, lambda a: a.fails(method))
 
     def _drop(self, exc: ParameterRejected) -> None:
         if exc.name in self.spec.params:
