@@ -27,9 +27,7 @@ SmolLM2 serves this path in tests. Needs the ``gpu`` extra (torch, transformers,
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
-import json
 import os
 import threading
 import time
@@ -38,6 +36,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse
+from .local_backend import request_seed
 
 INSTALL_HINT = "pip install 'pytest-socialbias[gpu]' (torch, transformers and gguf)"
 DEFAULT_MAX_BATCH = 16
@@ -73,11 +72,6 @@ def check_spec(spec, option: str) -> None:
     wait = spec.runtime.get("batch_wait_ms")
     if wait is not None and (not isinstance(wait, (int, float)) or isinstance(wait, bool) or wait < 0):
         raise ConfigError(f"{option}={spec}: batch_wait_ms={wait!r}: expected a number of milliseconds >= 0")
-
-
-def request_seed(messages: list[dict], params: dict, sample: int) -> int:
-    text = json.dumps([messages, params, sample], sort_keys=True, ensure_ascii=False)
-    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
 
 
 def worker_device(gpus: str | None) -> str:

@@ -150,7 +150,7 @@ class LocalBackend:
             kwargs[name] = value
         # Sampling is seeded from the request itself unless the spec fixes a seed, so the
         # same request gives the same answer, with or without the cache.
-        kwargs["seed"] = params.get("seed", _request_seed(messages, params, sample))
+        kwargs["seed"] = params.get("seed", request_seed(messages, params, sample))
         if top_logprobs is not None:
             kwargs["logprobs"] = True
             kwargs["top_logprobs"] = top_logprobs
@@ -204,7 +204,9 @@ def _sampling_parameters() -> set:
     return _SAMPLING
 
 
-def _request_seed(messages: list[dict], params: dict, sample: int = 0) -> int:
+def request_seed(messages: list[dict], params: dict, sample: int = 0) -> int:
+    """A sampling seed drawn from the request itself (in-process backends, when the spec
+    fixes none): the same request gives the same answer, with or without the cache."""
     text = json.dumps([messages, params, sample], sort_keys=True, ensure_ascii=False)
     return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
 

@@ -60,9 +60,10 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
     path = Path(path)
     overrides = overrides or SuiteOverrides()
     try:
-        stat = path.resolve().stat()
-        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, overrides)
-    except (OSError, TypeError):
+        resolved = path.resolve()
+        stat = resolved.stat()
+        key = (str(resolved), stat.st_mtime_ns, stat.st_size, overrides)
+    except OSError:
         key = None
     if key is not None and key in _LOADED:
         return _LOADED[key]
@@ -76,7 +77,7 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     source = read_suite(path)
     protocol = PROTOCOLS[source.protocol]
     source.check_keys(protocol.name, protocol.keys, _key_takers())
-    suite = protocol.load(source, protocol, overrides or SuiteOverrides())
+    suite = protocol.load(source, protocol, overrides)
     params = judge_params(source)
     if params:
         suite.cases = [replace(case, judge_params=params) for case in suite.cases]
