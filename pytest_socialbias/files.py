@@ -79,7 +79,10 @@ def validate(data, schema_name: str, source: str, root_node=None) -> None:
     first = jsonschema.exceptions.best_match(errors)
     line = yaml_line(root_node, list(first.absolute_path))
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    raise ConfigError(f"{source}:{line}: at {path_text(first.absolute_path)}: {first.message}{more}")
+    # A pattern says little to a reader: the schema's own description says what is meant.
+    hint = first.schema.get("description") if first.validator == "pattern" and isinstance(first.schema, dict) else None
+    hint = f" ({hint})" if hint else ""
+    raise ConfigError(f"{source}:{line}: at {path_text(first.absolute_path)}: {first.message}{hint}{more}")
 
 
 def first_problem(validator: jsonschema.protocols.Validator, data) -> str | None:
