@@ -14,6 +14,7 @@ record rides on its call-phase TestReport, which xdist replays on the controller
 
 from __future__ import annotations
 
+import gc
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
             managed.URLS.update(config.workerinput.get("socialbias_servers") or {})
             models.start_servers()  # this worker's own (placement=worker), if any
-        models.start_warm_up()
+        if worker or not _xdist_workers(config):
+            # Only where the cases run: an xdist controller calls no model (importing an
+            # SDK there cost 1.4 s of CPU that its workers, on the same cores, wanted).
+            models.start_warm_up()
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     state = RunState(settings, models, CaseRunner(models, worker), aggregator)
@@ -331,6 +335,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         # Nothing runs: the plan is shown in the summary, and the exit status is 0.
         config.hook.pytest_deselected(items=cases)
         items[:] = [item for item in items if not isinstance(item, CaseItem)]
+    # What is loaded and collected by now lives to the end of the run: keep it out of
+    # the garbage collector's later passes (see ModelSet.start_warm_up).
+    gc.freeze()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:

@@ -51,25 +51,25 @@ class ModelSettings:
     _adaptations: dict = field(default_factory=dict)  # endpoint JSON -> Adaptation
     adapted_version: int = 0  # counts the changes learnt, so a waiting call can tell
 
-    def adaptation(self, endpoint: dict) -> Adaptation:
-        """What this run learnt about ``endpoint`` (adapt.py), read from the cache first."""
-        key = canonical_json(endpoint)
+    def adaptation(self, key: str) -> Adaptation:
+        """What this run learnt about an endpoint (adapt.py), read from the cache first.
+        ``key`` is the endpoint's canonical JSON (Model.endpoint_key)."""
         found = self._adaptations.get(key)
         if found is None:
             stored = self.cache.get_adaptation(key) if self.cache is not None else None
             found = self._adaptations[key] = Adaptation.from_dict(stored)
         return found
 
-    def learn(self, endpoint: dict, change) -> None:
+    def learn(self, key: str, change) -> None:
         """Apply ``change(adaptation)`` to an endpoint's adaptation and keep it."""
-        adaptation = self.adaptation(endpoint)
+        adaptation = self.adaptation(key)
         before = adaptation.to_dict()
         change(adaptation)
         if adaptation.to_dict() == before:
             return
         self.adapted_version += 1
         if self.cache is not None:
-            self.cache.put_adaptation(canonical_json(endpoint), adaptation.to_dict())
+            self.cache.put_adaptation(key, adaptation.to_dict())
 
     def adaptations(self) -> dict:
         """Endpoint JSON -> what was adapted, for the endpoints this process adapted to."""
@@ -176,6 +176,8 @@ class Model:
         self.provider = provider_of(spec)
         self._runner = runner
         self._backend = None
+        # What the run learns about the endpoint is filed under this (read on every call).
+        self.endpoint_key = canonical_json(self.endpoint)
         check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
 
     def __repr__(self) -> str:
@@ -202,7 +204,7 @@ class Model:
 
     @property
     def adaptation(self) -> Adaptation:
-        return self.settings.adaptation(self.endpoint)
+        return self.settings.adaptation(self.endpoint_key)
 
     def _params(self, call: dict, adaptive_budget: bool = False) -> dict:
         # A call's None is no parameter of its own; the spec's None drops the parameter.
@@ -265,7 +267,7 @@ class Model:
         if self.provider.cache_identity is not None:
             model, base_url = self.provider.cache_identity(self.spec)
         else:
-            model, base_url = self.spec.model, self.spec.base_url or self.backend.base_url
+            model, base_url = self.spec.model, self.provider.known_url(self.spec) or self.backend.base_url
         return {
             **extra,
             "provider": self.spec.provider,
@@ -328,13 +330,13 @@ class Model:
                     # (it ignores what it does not know): not a method that works here.
                     self._constraint_failed(request["constrain"])
                     continue
-                self.settings.learn(self.endpoint, lambda a: a.works(request["constrain"]))
+                self.settings.learn(self.endpoint_key, lambda a: a.works(request["constrain"]))
             if adaptive_budget and self._cut_while_reasoning(response, request):
                 asked = self._params(call_params).get("max_tokens")
                 if asked and "max_tokens" not in self.spec.params:
                     sent = request["params"].get("max_tokens", asked)
                     raised: list = []
-                    self.settings.learn(self.endpoint, lambda a: raised.append(a.raise_budget(asked, sent)))
+                    self.settings.learn(self.endpoint_key, lambda a: raised.append(a.raise_budget(asked, sent)))
                     if raised[0] is not None:
                         continue
             return response
@@ -345,7 +347,7 @@ class Model:
         return not response.text.strip() and response.finish_reason == FINISH_LENGTH
 
     def _constraint_failed(self, method: str) -> None:
-        self.settings.learn(self.endpoint, lambda a: a.fails(method))
+        self.settings.learn(self.endpoint_key, lambda a: a.fails(method))
 
     def _drop(self, exc: ParameterRejected) -> None:
         if exc.name in self.spec.params:
@@ -354,7 +356,7 @@ class Model:
                 f"the endpoint rejects {exc.name}={self.spec.params[exc.name]!r}, which the spec sets ({exc.reason}); "
                 f"drop it with ?{exc.name}=none or give a value it takes",
             )
-        self.settings.learn(self.endpoint, lambda a: a.dropped.setdefault(exc.name, exc.reason))
+        self.settings.learn(self.endpoint_key, lambda a: a.dropped.setdefault(exc.name, exc.reason))
 
     async def _answer(self, request: dict, build, choices, counters) -> ChatResponse:
         """The answer to ``request``: from the cache, the dry-run stand-in, or the endpoint.
