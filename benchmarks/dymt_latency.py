@@ -14,7 +14,17 @@ Then the whole suite (240 seeds x 2 styles x 5 turns, 12,000 calls) at 200 ms pe
 against the bound max(critical path, calls x latency / requests in flight), with the
 share of the two cores that the client processes and the fake server kept busy.
 
+Last, the whole-process client CPU per call (issue 18): the 80-seed job at 0 ms per call,
+the fake server in this process and the pytest run in another, the run's CPU (user +
+system of pytest and its xdist workers: imports, collection, SDK loading, every call,
+the report) divided by the calls the server answered; beside it the transport's own CPU
+per call, measured the same minute by benchmarks/client_cpu.py's loop (the plugin's
+Model.chat over the SDK, nothing else). Target: the whole process within 2x of the
+transport. Bytecode is cached (a private PYTHONPYCACHEPREFIX), as on any machine that
+can write it.
+
     python benchmarks/dymt_latency.py [--latency 0.5] [--whole-latency 0.2] [--skip-whole]
+                                      [--only-cpu] [--cpu-runs 3]
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +69,8 @@ def script(req):
 
 
 CONCURRENCY = 400  # requests in flight per process
+ENV = dict(os.environ)  # the pytest runs' environment (main() sets the bytecode cache)
+CPU_TARGET = 2.0  # whole-process CPU per call, as a multiple of the transport's
 
 
 def run(server, folder: Path, workers: int, startup_only: bool = False, extra: tuple = (), marker: str = "age or gender") -> float:
@@ -72,7 +85,7 @@ def run(server, folder: Path, workers: int, startup_only: bool = False, extra: t
         f"--target=openai:t@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
         "--socialbias-record=off", f"--socialbias-concurrency={CONCURRENCY}", "-n", str(workers), *extra,
     ]
-    env = dict(os.environ, OPENAI_API_KEY="sk-bench")
+    env = dict(ENV, OPENAI_API_KEY="sk-bench")
     started = time.perf_counter()
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     total = time.perf_counter() - started
@@ -86,7 +99,20 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.5)
     parser.add_argument("--whole-latency", type=float, default=0.2)
     parser.add_argument("--skip-whole", action="store_true")
+    parser.add_argument("--only-cpu", action="store_true", help="only the whole-process CPU per call")
+    parser.add_argument("--cpu-runs", type=int, default=3)
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as pycache:
+        ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        ENV["PYTHONPYCACHEPREFIX"] = pycache
+        if not args.only_cpu:
+            latency_table(args)
+            if not args.skip_whole:
+                whole(args.whole_latency)
+        cpu_per_call(args.cpu_runs)
+
+
+def latency_table(args) -> None:
     bound = TURNS * 2 * args.latency + args.latency
     with tempfile.TemporaryDirectory() as tmp, FakeServer(script, latency=args.latency) as server:
         folder = Path(tmp)
@@ -109,8 +135,6 @@ def main() -> None:
             dialogues = traffic_span(args.latency)
             print(f"{workers:>7}  {total:>6.2f}  {startup:>10.2f}  {dialogues:>11.2f}  {dialogues / bound:>7.2f}  "
                   f"{cpu:>14.2f}  {server.request_count:>6}")
-    if not args.skip_whole:
-        whole(args.whole_latency)
 
 
 def whole(latency: float) -> None:
@@ -142,6 +166,50 @@ def whole(latency: float) -> None:
             busy = (client + own) / (total * cores)
             print(f"{workers:>7}  {total:>6.2f}  {dialogues:>11.2f}  {bound:>7.2f}  {dialogues / bound:>7.2f}  {client:>12.2f}  "
                   f"{own:>12.2f}  {100 * busy:>7.0f}%  {calls:>6}")
+
+
+def transport_cpu_per_call(calls: int = 2000) -> float:
+    """benchmarks/client_cpu.py's figure for the OpenAI backend, in a fresh process (ms)."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "client_cpu.py"), "--calls", str(calls)],
+                          capture_output=True, text=True, env=ENV)
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "openai":
+            return float(fields[3])
+    raise SystemExit(f"client_cpu.py printed no openai row:\n{done.stdout}{done.stderr[-2000:]}")
+
+
+def cpu_per_call(runs: int) -> None:
+    """Whole-process client CPU per call on the 80-seed job at 0 ms, against the transport's."""
+    print()
+    print(f"Whole-process client CPU per call: DyMT 80 seeds x 1 style x {TURNS} turns, 0 ms per call, "
+          f"median of {runs} runs (min-max); transport = client_cpu.py, measured between them")
+    print(f"{'workers':>7}  {'run s':>6}  {'client CPU s':>12}  {'calls':>6}  {'CPU ms/call':>16}  "
+          f"{'transport ms':>16}  {'ratio':>5}  target")
+    with tempfile.TemporaryDirectory() as tmp, FakeServer(script, latency=0.0) as server:
+        folder = Path(tmp)
+        (folder / "bench.yaml").write_text(
+            "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
+            f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nstyles: [assessment]\nturns: {TURNS}\n"
+        )
+        run(server, folder, 0)  # uncounted: writes the bytecode cache
+        for workers in (0, 2):
+            per_call, walls, transport, calls = [], [], [], 0
+            for _ in range(runs):
+                server.clear()
+                before = os.times()
+                walls.append(run(server, folder, workers))
+                after = os.times()
+                cpu = (after.children_user + after.children_system) - (before.children_user + before.children_system)
+                calls = server.request_count
+                per_call.append(1000 * cpu / calls)
+                transport.append(transport_cpu_per_call())
+            mine, theirs = statistics.median(per_call), statistics.median(transport)
+            ratio = mine / theirs
+            print(f"{workers:>7}  {statistics.median(walls):>6.2f}  {mine * calls / 1000:>12.2f}  {calls:>6}  "
+                  f"{mine:>5.2f} ({min(per_call):.2f}-{max(per_call):.2f})  "
+                  f"{theirs:>5.2f} ({min(transport):.2f}-{max(transport):.2f})  {ratio:>5.2f}  "
+                  f"<= {CPU_TARGET:.0f}x: {'met' if ratio <= CPU_TARGET else 'not met'}")
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@ the aggregator (aggregate.py) to ask the judge about reference labels.
 
 from __future__ import annotations
 
-import gc
 import threading
 from dataclasses import dataclass, replace
 
+from . import heap
 from .cache import CallCache
 from .errors import ConfigError
 from .judges.guards import GUARD_KINDS, guard_kind, guard_kind_from_model
@@ -289,14 +289,7 @@ class ModelSet:
         if not early:
             return
 
-        # Importing an SDK makes about a million long-lived objects (its typed models),
-        # which the cyclic garbage collector would otherwise walk again and again for the
-        # rest of the run (and five times more at pytest's exit): 1.5 s of CPU on the
-        # 80-seed DyMT job, a fifth of the whole process. So the collector pauses while
-        # the SDKs load, then what is loaded by then is frozen (gc.freeze: kept out of
-        # every later collection; it is never garbage anyway) and the collector resumes.
-        collecting = gc.isenabled()
-        gc.disable()
+        resume = heap.pause()  # the SDKs' objects are not walked as they load (heap.py)
 
         def build() -> None:
             try:
@@ -306,9 +299,7 @@ class ModelSet:
                     except Exception:  # the real call reports any problem where it belongs
                         return
             finally:
-                gc.freeze()
-                if collecting:
-                    gc.enable()
+                heap.settle(resume)
 
         self._warm_thread = threading.Thread(target=build, name="socialbias-warm-up", daemon=True)
         self._warm_thread.start()

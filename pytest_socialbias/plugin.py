@@ -14,13 +14,13 @@ record rides on its call-phase TestReport, which xdist replays on the controller
 
 from __future__ import annotations
 
-import gc
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from . import heap
 from .aggregate import Aggregator, failed, shown_path, with_snapshots
 from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
@@ -95,6 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # A dry run calls no model: one process plans every case (xdist starts later).
         config.option.dist = "no"
     worker = _is_worker(config)
+    calls_models = not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False))
     try:
         settings = read_settings(config)
         models = ModelSet(settings, worker)
@@ -114,16 +115,17 @@ def pytest_configure(config: pytest.Config) -> None:
                 CallCache(settings.cache_dir, settings.record).close()  # fail now if the folder is unusable
             aggregator = Aggregator(settings, models, gates)
             _preflight(config, settings, gates)
-            if not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False)):
+            if calls_models:
                 models.start_servers(workers=_xdist_workers(config))
         else:
             from .models import managed
 
             managed.URLS.update(config.workerinput.get("socialbias_servers") or {})
             models.start_servers()  # this worker's own (placement=worker), if any
-        if worker or not _xdist_workers(config):
-            # Only where the cases run: an xdist controller calls no model (importing an
-            # SDK there cost 1.4 s of CPU that its workers, on the same cores, wanted).
+        if calls_models and (worker or not _xdist_workers(config)):
+            # Only where the cases run: not for --collect-only, and not in an xdist
+            # controller, which calls no model (importing an SDK there cost 1.4 s of CPU
+            # that its workers, on the same cores, wanted).
             models.start_warm_up()
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -188,6 +190,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
     if state is not None:
         state.models.close()
+    heap.restore()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -335,9 +338,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         # Nothing runs: the plan is shown in the summary, and the exit status is 0.
         config.hook.pytest_deselected(items=cases)
         items[:] = [item for item in items if not isinstance(item, CaseItem)]
-    # What is loaded and collected by now lives to the end of the run: keep it out of
-    # the garbage collector's later passes (see ModelSet.start_warm_up).
-    gc.freeze()
+    heap.settle()  # what is loaded and collected by now lives to the end of the run
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:

@@ -1,5 +1,5 @@
 """What a run loads, and when: no SDK where no model is called, and the garbage
-collector back on after the SDKs load.
+collector as it was once the run is over (heap.py).
 
 The SDK imports are the largest fixed cost of a run (openai about 1.4 s of CPU, anthropic
 about 3 s on the project's machine): a replay calls nothing, and an xdist controller
@@ -20,6 +20,7 @@ import anthropic
 import openai
 import pytest
 
+from pytest_socialbias import heap
 from pytest_socialbias.models.providers import ANTHROPIC, OPENAI
 
 from .conftest import suite_yaml
@@ -88,6 +89,7 @@ def test_collector_resumes_after_the_warm_up_and_keeps_what_loaded_out_of_it(mon
         model_settings = ModelSettings(cache=None)
         _warm_thread = None
 
+    threshold = gc.get_threshold()
     for enabled_before in (True, False):
         stub = Stub()
         (gc.enable if enabled_before else gc.disable)()
@@ -97,10 +99,40 @@ def test_collector_resumes_after_the_warm_up_and_keeps_what_loaded_out_of_it(mon
             stub._warm_thread.join(30)
             # A failed build too: the collector is as it was, never left off by us.
             assert gc.isenabled() is enabled_before
-            assert gc.get_freeze_count() >= frozen
+            assert gc.get_freeze_count() > frozen or frozen > 0
+            assert gc.get_threshold()[0] == max(threshold[0], heap.YOUNG_THRESHOLD)
         finally:
+            heap.restore()
             gc.enable()
             gc.unfreeze()
+        assert gc.get_threshold() == threshold
+
+
+def test_settling_leaves_a_collector_turned_off_by_threshold_alone():
+    saved = gc.get_threshold()
+    gc.set_threshold(0)  # the user's way of turning automatic collection off
+    try:
+        heap.settle()
+        assert gc.get_threshold()[0] == 0
+        heap.restore()
+        assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*saved)
+        gc.unfreeze()
+
+
+def test_a_run_puts_the_collector_threshold_back(pytester, server, keys):
+    # In-process, as a user's own pytest session around the plugin would see it.
+    before = gc.get_threshold()
+    pytester.makefile(".yaml", demo=suite_yaml([("age-001", "age", "Statement one.")]))
+    url = server.openai_base_url
+    result = pytester.runpytest_inprocess(
+        "demo.yaml", "-p", "no:cacheprovider", f"--target=openai:t@{url}", f"--judge=openai:j@{url}",
+        f"--user-model=openai:u@{url}", "--socialbias-record=off",
+    )
+    result.assert_outcomes(passed=1)
+    assert gc.get_threshold() == before
+    gc.unfreeze()
 
 
 def test_an_xdist_controller_loads_no_sdk(server, tmp_path):
