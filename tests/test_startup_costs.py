@@ -140,10 +140,10 @@ def test_an_xdist_controller_loads_no_sdk(server, tmp_path):
     (tmp_path / "demo.yaml").write_text(suite_yaml([("age-001", "age", "Statement one."),
                                                     ("age-002", "age", "Statement two.")]))
     (tmp_path / "conftest.py").write_text(textwrap.dedent("""
-        import json, os, sys
+        import json, sys
 
         def pytest_unconfigure(config):
-            who = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+            who = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
             with open(f"loaded-{who}.json", "w") as out:
                 json.dump({"openai": "openai" in sys.modules}, out)
     """))
