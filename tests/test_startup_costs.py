@@ -135,7 +135,7 @@ def test_a_run_puts_the_collector_threshold_back(pytester, server, keys):
     gc.unfreeze()
 
 
-def test_an_xdist_controller_loads_no_sdk(server, tmp_path):
+def test_an_xdist_controller_loads_no_sdk_and_a_worker_only_the_one_named(server, tmp_path):
     # The workers call the models; the controller only gathers their results.
     (tmp_path / "demo.yaml").write_text(suite_yaml([("age-001", "age", "Statement one."),
                                                     ("age-002", "age", "Statement two.")]))
@@ -145,7 +145,7 @@ def test_an_xdist_controller_loads_no_sdk(server, tmp_path):
         def pytest_unconfigure(config):
             who = config.workerinput["workerid"] if hasattr(config, "workerinput") else "controller"
             with open(f"loaded-{who}.json", "w") as out:
-                json.dump({"openai": "openai" in sys.modules}, out)
+                json.dump({"openai": "openai" in sys.modules, "anthropic": "anthropic" in sys.modules}, out)
     """))
     url = server.openai_base_url
     done = subprocess.run(
@@ -155,6 +155,7 @@ def test_an_xdist_controller_loads_no_sdk(server, tmp_path):
         cwd=tmp_path, env=dict(os.environ, OPENAI_API_KEY="sk-test"), capture_output=True, text=True,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert json.loads((tmp_path / "loaded-controller.json").read_text()) == {"openai": False}
-    assert json.loads((tmp_path / "loaded-gw0.json").read_text()) == {"openai": True}
+    assert json.loads((tmp_path / "loaded-controller.json").read_text()) == {"openai": False, "anthropic": False}
+    # A worker loads the SDK of the provider named, and no other.
+    assert json.loads((tmp_path / "loaded-gw0.json").read_text()) == {"openai": True, "anthropic": False}
     assert len(server.requests) > 0
