@@ -41,6 +41,27 @@ class LoopRunner:
             future.cancel()
             raise
 
+    def cancel_all(self) -> None:
+        """Cancel every coroutine on the loop, all in one turn of it (an interrupt).
+
+        Cancelled one by one from another thread, through their futures, the loop would
+        run between two cancellations, and a coroutine not yet cancelled (or one whose
+        first step was already due) could take the concurrency slot a cancelled one had
+        just freed and send a request after the interrupt. A task cancelled before its
+        first step never starts."""
+        loop = self._loop
+        if loop is None:
+            return
+
+        def cancel() -> None:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+
+        try:
+            loop.call_soon_threadsafe(cancel)
+        except RuntimeError:  # the loop closed meanwhile: nothing runs any more
+            pass
+
     def close(self, cleanup=None) -> None:
         """Run an optional async cleanup (closing clients), then stop the loop."""
         with self._lock:

@@ -81,7 +81,8 @@ class CaseRunner:
                     if self.progress is not None:
                         self.progress(self._progress_text(batch_id, started))
         except BaseException:
-            # Interrupted (Ctrl-C, -x): stop every dialogue still running.
+            # Interrupted (Ctrl-C, -x): stop every dialogue still running, all at once.
+            self.models.runner.cancel_all()
             for pending in self._futures.values():
                 pending.cancel()
             raise

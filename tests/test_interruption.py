@@ -4,6 +4,7 @@ dialogue leaves no call running."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import signal
@@ -132,3 +133,36 @@ def test_cancelled_dialogue_leaves_no_judge_call_running():
 
     hanging, left = asyncio.run(scenario())
     assert (hanging, left) == (0, [])
+
+
+def test_cancelling_a_run_frees_no_slot_for_a_new_request():
+    # An interrupt cancels every dialogue; one cancelled while holding a concurrency slot
+    # frees it, and no dialogue still waiting may take it and send after the interrupt.
+    from pytest_socialbias.runner import LoopRunner
+
+    runner = LoopRunner()
+    sent: list[int] = []
+    slots: list[asyncio.Semaphore] = []
+
+    async def dialogue(i: int) -> None:
+        if not slots:
+            slots.append(asyncio.Semaphore(2))
+        async with slots[0]:
+            sent.append(i)
+            await asyncio.sleep(30)
+
+    try:
+        for _ in range(20):
+            sent.clear()
+            slots.clear()
+            futures = [runner.submit(dialogue(i)) for i in range(200)]
+            deadline = time.monotonic() + 10
+            while len(sent) < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)
+            runner.cancel_all()
+            for future in futures:
+                with pytest.raises(concurrent.futures.CancelledError):
+                    future.result(10)
+            assert len(sent) == 2, sent
+    finally:
+        runner.close()
