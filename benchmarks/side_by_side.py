@@ -19,17 +19,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from dymt_latency import CONCURRENCY, TURNS, script  # noqa: E402
+import dymt_latency  # noqa: E402
+from dymt_latency import TURNS, run, script  # noqa: E402
 from pytest_socialbias.testing import FakeServer  # noqa: E402
 
 JOBS = (
@@ -39,19 +38,11 @@ JOBS = (
 )
 
 
-def one_run(folder: Path, url: str, marker: str, workers: int, env: dict) -> tuple[float, float]:
+def one_run(server, folder: Path, marker: str, workers: int) -> tuple[float, float]:
     """(wall s, CPU s) of one whole pytest process and its workers."""
-    command = [
-        sys.executable, "-m", "pytest", "bench.yaml", "-q", "-p", "no:cacheprovider",
-        *(["-m", marker] if marker else []),
-        f"--target=openai:t@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
-        "--socialbias-record=off", f"--socialbias-concurrency={CONCURRENCY}", "-n", str(workers),
-    ]
-    before, started = os.times(), time.perf_counter()
-    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
-    wall, after = time.perf_counter() - started, os.times()
-    if done.returncode != 0:
-        raise SystemExit(done.stdout[-3000:] + done.stderr[-2000:])
+    before = os.times()
+    wall = run(server, folder, workers, marker=marker)
+    after = os.times()
     return wall, (after.children_user + after.children_system) - (before.children_user + before.children_system)
 
 
@@ -68,21 +59,20 @@ def main() -> None:
     print(f"{'job':<38}  {'calls':>6}  {'wall s':>18}  {'CPU ms per call':>18}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(OPENAI_API_KEY="sk-bench", PYTHONPYCACHEPREFIX=str(folder / "pycache"))
+        dymt_latency.ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        dymt_latency.ENV["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
         (folder / "bench.yaml").write_text(
             "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
             f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nstyles: [assessment]\nturns: {TURNS}\n"
         )
         with FakeServer(script) as server:  # uncounted: writes the bytecode cache
-            one_run(folder, server.openai_base_url, "age", args.workers, env)
+            one_run(server, folder, "age", args.workers)
         for name, marker, latency in JOBS:
             with FakeServer(script, latency=latency) as server:
-                url = server.openai_base_url
                 walls, per_call, calls = [], [], 0
                 for _ in range(args.runs):
                     server.clear()
-                    wall, cpu = one_run(folder, url, marker, args.workers, env)
+                    wall, cpu = one_run(server, folder, marker, args.workers)
                     calls = server.request_count
                     walls.append(wall)
                     per_call.append(1000 * cpu / calls)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 
 
@@ -57,10 +58,8 @@ class LoopRunner:
             for task in asyncio.all_tasks(loop):
                 task.cancel()
 
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing runs any more
             loop.call_soon_threadsafe(cancel)
-        except RuntimeError:  # the loop closed meanwhile: nothing runs any more
-            pass
 
     def close(self, cleanup=None) -> None:
         """Run an optional async cleanup (closing clients), then stop the loop."""

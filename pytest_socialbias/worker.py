@@ -83,8 +83,6 @@ class CaseRunner:
         except BaseException:
             # Interrupted (Ctrl-C, -x): stop every dialogue still running, all at once.
             self.models.runner.cancel_all()
-            for pending in self._futures.values():
-                pending.cancel()
             raise
         finally:
             if self.progress is not None:
