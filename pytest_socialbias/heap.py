@@ -15,7 +15,11 @@ whole-process figure). Three measures, each undone or harmless afterwards:
   including the five full passes pytest makes at exit), and the young generation's
   threshold is raised so that requests in flight are not walked on every 700
   allocations;
-- ``restore()`` at the end of the session puts the threshold back.
+- ``restore()`` at the end of the session puts the threshold back; ``thaw()`` at the
+  start of the next session in the same process (an IDE's runner, pytester's in-process
+  runs) unfreezes what the last one froze, so that its garbage is collected as before
+  and nothing accumulates. A process that simply exits never walks it again (unfreezing
+  at the end instead would cost pytest's five exit passes about 0.25 s).
 
 Reference counting still frees every object the moment it is unused; only reference
 cycles wait for the collector, and they are collected as before, later.
@@ -33,6 +37,7 @@ YOUNG_THRESHOLD = 20_000
 
 _lock = threading.Lock()
 _saved_threshold: tuple[int, int, int] | None = None
+_frozen = False  # whether settle() froze anything since the last restore()
 
 
 def pause() -> bool:
@@ -45,9 +50,10 @@ def pause() -> bool:
 def settle(resume: bool = False) -> None:
     """Freeze what exists now out of later passes and raise the young threshold;
     ``resume`` turns automatic collection back on (what ``pause`` returned)."""
-    global _saved_threshold
+    global _saved_threshold, _frozen
     with _lock:
         gc.freeze()
+        _frozen = True
         if _saved_threshold is None:
             _saved_threshold = gc.get_threshold()
             if 0 < _saved_threshold[0] < YOUNG_THRESHOLD:  # 0: collection is off; leave it so
@@ -63,3 +69,13 @@ def restore() -> None:
         if _saved_threshold is not None:
             gc.set_threshold(*_saved_threshold)
             _saved_threshold = None
+
+
+def thaw() -> None:
+    """Unfreeze what an earlier session in this process froze (an object frozen in a
+    reference cycle is never collected); nothing when none did."""
+    global _frozen
+    with _lock:
+        if _frozen:
+            gc.unfreeze()
+            _frozen = False

@@ -79,6 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .protocols import forget_suites
 
     forget_suites()  # suites are read once per session (preflight, then collection)
+    heap.thaw()  # what an earlier session in this process froze (heap.py)
     for category in CATEGORIES:
         config.addinivalue_line("markers", f"{category}: social-bias cases of the {category} category")
     for style in STYLES:

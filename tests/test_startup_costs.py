@@ -103,8 +103,8 @@ def test_collector_resumes_after_the_warm_up_and_keeps_what_loaded_out_of_it(mon
             assert gc.get_threshold()[0] == max(threshold[0], heap.YOUNG_THRESHOLD)
         finally:
             heap.restore()
+            heap.thaw()
             gc.enable()
-            gc.unfreeze()
         assert gc.get_threshold() == threshold
 
 
@@ -118,11 +118,13 @@ def test_settling_leaves_a_collector_turned_off_by_threshold_alone():
         assert gc.get_threshold()[0] == 0
     finally:
         gc.set_threshold(*saved)
-        gc.unfreeze()
+        heap.thaw()
 
 
-def test_a_run_puts_the_collector_threshold_back(pytester, server, keys):
-    # In-process, as a user's own pytest session around the plugin would see it.
+def test_a_run_leaves_the_collector_as_it_found_it(pytester, server, keys):
+    # In-process, as an IDE's runner or pytester would see it: the threshold as it was;
+    # what the run froze is unfrozen when the next session starts, so nothing piles up.
+    gc.unfreeze()
     before = gc.get_threshold()
     pytester.makefile(".yaml", demo=suite_yaml([("age-001", "age", "Statement one.")]))
     url = server.openai_base_url
@@ -132,7 +134,11 @@ def test_a_run_puts_the_collector_threshold_back(pytester, server, keys):
     )
     result.assert_outcomes(passed=1)
     assert gc.get_threshold() == before
-    gc.unfreeze()
+    assert gc.get_freeze_count() > 0  # left for the process's exit, not walked again
+    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+    pytester.runpytest_inprocess("test_plain.py", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
 
 
 def test_an_xdist_controller_loads_no_sdk_and_a_worker_only_the_one_named(server, tmp_path):
