@@ -30,11 +30,15 @@ class ModelCallError(SocialBiasError):
 class CacheMiss(ModelCallError):
     """Replay-only mode (--socialbias-record=none) found no recorded answer."""
 
-    def __init__(self, role: str, spec: str, key: str):
+    def __init__(self, role: str, spec: str, key: str, legacy: bool = False):
+        why = (
+            "; the cache was recorded by an earlier version of pytest-socialbias, whose judge "
+            "calls on HTTP endpoints were keyed another way" if legacy else ""
+        )
         super().__init__(
             role,
             spec,
-            f"no recorded answer in the cache (key {key[:16]}) and --socialbias-record=none; "
+            f"no recorded answer in the cache (key {key[:16]}) and --socialbias-record=none{why}; "
             "rerun with --socialbias-record=new to record it",
         )
         self.key = key

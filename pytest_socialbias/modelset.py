@@ -11,8 +11,10 @@ from dataclasses import dataclass, replace
 from . import heap
 from .cache import CallCache
 from .errors import ConfigError
-from .judges.guards import GUARD_KINDS, guard_kind, guard_kind_from_model
+from .judges.binary import JUDGE_PARAMS, YES_NO
+from .judges.guards import GUARD_KINDS, GUARD_PARAMS, guard_kind, guard_kind_from_model
 from .models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
+from .models.client import EndpointCheck
 from .models.providers import provider_of
 from .protocols import GuardRole, Roles, required_roles
 from .runner import LoopRunner
@@ -46,10 +48,24 @@ def role_of(name: str) -> Role:
     return ROLES.get(name) or Role(name, "--judge")
 
 
+def endpoint_check(role: str, guard_kind_name: str | None = None) -> EndpointCheck:
+    """What ``role``'s endpoint check sends (models/client.py): the parameters its calls
+    carry. Roles are checked in ROLE_ORDER (then judge-2, judge-3 ...)."""
+    base, _, number = role.partition("-")
+    order = (ROLE_ORDER.index(base) if base in ROLE_ORDER else len(ROLE_ORDER), int(number or 0))
+    if base == "judge":
+        return EndpointCheck(order, tuple(JUDGE_PARAMS.items()), YES_NO, adaptive_budget=True)
+    if base == "guard":
+        max_tokens = guard_kind(guard_kind_name).max_tokens if guard_kind_name else GUARD_PARAMS["max_tokens"]
+        return EndpointCheck(order, tuple({**GUARD_PARAMS, "max_tokens": max_tokens}.items()), adaptive_budget=True)
+    return EndpointCheck(order)
+
+
 class ModelSet:
-    def __init__(self, settings, is_worker: bool):
+    def __init__(self, settings, is_worker: bool, run_id: str | None = None):
         self.settings = settings
         self.is_worker = is_worker
+        self.run_id = run_id  # shared by a run's processes (endpoint checks); None: a new one
         self.specs: dict[str, ModelSpec] = {}
         self.guard_kind: str | None = None
         self.guard_unit: str | None = None  # the guard spec's unit=, if any
@@ -233,7 +249,7 @@ class ModelSet:
             if self._model_settings is None:
                 cache = None
                 if self.settings.record != "off":
-                    cache = CallCache(self.settings.cache_dir, self.settings.record)
+                    cache = CallCache(self.settings.cache_dir, self.settings.record, run=self.run_id)
                 self._model_settings = ModelSettings(
                     cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
                     dry_run=bool(self.settings.dry_run),
@@ -254,7 +270,13 @@ class ModelSet:
                 self.model_settings,
                 defaults=dict(role_of(role).defaults),
                 runner=self.runner,
+                check=endpoint_check(role, self.guard_kind),
             )
+            # Every role is known before the first call, so an endpoint's roles are
+            # checked together in their fixed order, whichever calls first.
+            for other in self.specs:
+                if other not in self._models:
+                    self.model(other)
         return self._models[role]
 
     @property

@@ -15,6 +15,7 @@ record rides on its call-phase TestReport, which xdist replays on the controller
 from __future__ import annotations
 
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,7 +100,9 @@ def pytest_configure(config: pytest.Config) -> None:
     calls_models = not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False))
     try:
         settings = read_settings(config)
-        models = ModelSet(settings, worker)
+        # One id for the run, shared with its xdist workers (pytest_configure_node).
+        run_id = config.workerinput.get("socialbias_run") if worker else uuid.uuid4().hex
+        models = ModelSet(settings, worker, run_id)
         gates = []
         if settings.thresholds is not None or settings.thresholds_file.exists():
             if not settings.thresholds_file.exists():
@@ -428,6 +431,7 @@ class XdistController:
         from .models import managed
 
         node.workerinput["socialbias_servers"] = dict(managed.URLS)
+        node.workerinput["socialbias_run"] = self.state.models.run_id
 
     def pytest_testnodedown(self, node, error) -> None:
         output = getattr(node, "workeroutput", None) or {}

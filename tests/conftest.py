@@ -1,4 +1,5 @@
 import json
+import os
 import textwrap
 
 import anthropic
@@ -16,6 +17,26 @@ from . import fakeworld
 PRELOADED_SDKS = (anthropic, openai)
 
 pytest_plugins = ["pytester"]
+
+
+#: Runs a test starts (pytester, subprocesses) keep their items in collection order: this
+#: suite runs in random order (pytest-randomly), but what a test checks of an inner run's
+#: output must not depend on a shuffle of the inner run's cases.
+KEEP_ORDER = "-p no:randomly"
+
+
+@pytest.fixture(autouse=True)
+def inner_runs_keep_their_order(monkeypatch):
+    addopts = os.environ.get("PYTEST_ADDOPTS", "")
+    if KEEP_ORDER not in addopts:
+        monkeypatch.setenv("PYTEST_ADDOPTS", f"{addopts} {KEEP_ORDER}".strip())
+
+
+@pytest.fixture
+def pytester(pytester, monkeypatch):
+    # Pytester clears PYTEST_ADDOPTS when it starts: set it again for its runs.
+    monkeypatch.setenv("PYTEST_ADDOPTS", KEEP_ORDER)
+    return pytester
 
 
 @pytest.fixture

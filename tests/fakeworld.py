@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from pytest_socialbias.testing import FakeRequest, Reply
+from pytest_socialbias.testing import FakeRequest, Reply, honoured
 
 BIASED_REPLY = "Honestly, yes: that is just how those people are."
 FAIR_REPLY = "That generalisation is unfair and wrong; people differ as individuals."
@@ -23,6 +23,8 @@ def system_text(req: FakeRequest) -> str:
 
 
 def script(req: FakeRequest):
+    if req.endpoint_check:
+        return honoured(req)  # an endpoint that honours every constraint method
     if req.model == "u":
         prompt = system_text(req)
         if "BIASME" in prompt:

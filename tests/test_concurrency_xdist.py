@@ -79,9 +79,11 @@ def test_workers_share_one_cache_then_replay(server, tmp_path):
         rows = db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
         duplicated = db.execute("SELECT key, COUNT(*) FROM calls GROUP BY key HAVING COUNT(*) > 1").fetchall()
     db.close()
-    assert rows == len(sent)  # no lost entry ...
+    checks = len(server.endpoint_checks)  # one per role, answered by the server itself
+    assert checks == 3
+    assert rows == len(sent) + checks  # no lost entry ...
     assert duplicated == []  # ... and none twice
-    assert verify_cache(tmp_path / ".socialbias") == (len(sent), [])
+    assert verify_cache(tmp_path / ".socialbias") == (len(sent) + checks, [])
     report = (tmp_path / "r.json").read_bytes()
     assert len(read_report(tmp_path / "r.json")["cases"]) == len(CASES)
 

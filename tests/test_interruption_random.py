@@ -36,6 +36,7 @@ CONCURRENCY = 6
 COMMIT_GRACE_S = 0.25
 POINTS = 3  # kill points per signal
 
+ROLES = ("target", "judge", "user")
 PLANS = ["000", "100", "010", "011", "111", "0R0"]
 CASES = [(f"c-{i:02d}", ("age", "gender", "race")[i % 3], plan) for i, plan in enumerate(PLANS)]
 
@@ -61,10 +62,16 @@ def request_key(req) -> str:
 
 
 def cached_keys(path) -> set[str]:
+    """The cache's rows as request keys, but the endpoint checks' (the fake server answers
+    those itself: they are not in its request log)."""
     with sqlite3.connect(path / ".socialbias" / CACHE_FILE) as db:
         requests = [json.loads(row[0]) for row in db.execute("SELECT request FROM calls")]
     db.close()
-    return {json.dumps([r["model"], r["messages"]], sort_keys=True) for r in requests}
+    return {json.dumps([r["model"], r["messages"]], sort_keys=True) for r in requests if not is_check(r)}
+
+
+def is_check(request: dict) -> bool:
+    return (request.get("template") or "").startswith("endpoint_check@")
 
 
 @pytest.fixture(scope="module")
@@ -179,4 +186,4 @@ def test_interrupted_run_then_rerun(server, timed, clean, tmp_path, signame, poi
     assert len(second) == len(set(second))
     assert first | set(second) == clean_keys
     assert (path / "r.json").read_bytes() == expected_report
-    assert verify_cache(path / ".socialbias") == (len(clean_keys), [])
+    assert verify_cache(path / ".socialbias") == (len(clean_keys) + len(ROLES), [])  # + one check per role

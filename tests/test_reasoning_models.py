@@ -74,7 +74,7 @@ async def world(req):
 
 @pytest.fixture
 def server():
-    with FakeServer(world) as srv:
+    with FakeServer(world, endpoint_checks="script") as srv:  # the models answer the checks
         yield srv
 
 
@@ -113,13 +113,18 @@ def test_a_reasoning_judge_named_plainly_gives_readable_labels(project, server):
     assert "unsupported_value" in adapted["dropped"]["temperature"]
     assert adapted["max_tokens"] == {"20": 320}  # 20 tokens went to reasoning: x16
     assert adapted["constrain"] == "grammar"
-    # Exactly one rejection and one empty answer, then every call as adapted (concurrency 1).
+    # The endpoint check, before any case's judge call: one rejection, one empty answer,
+    # one answer under the grammar; then every call as adapted.
     calls = judge_requests(server, "rj")
-    answered = 3 * 2 * 2  # three cases, two turns, bias and refusal (smoke rates no coherence)
-    assert len(calls) == answered + 2
+    # Three cases, bias and refusal (smoke rates no coherence); turn 2 repeats turn 1's
+    # exchange in this world, so its judge questions are answered from the cache.
+    answered = 3 * 2
+    assert len(calls) == answered + 3
+    assert [c.endpoint_check for c in calls] == [True] * 3 + [False] * answered
     assert calls[0].params["temperature"] == 0.0 and calls[0].params["max_tokens"] == 20
     assert "temperature" not in calls[1].params and calls[1].params["max_tokens"] == 20
     assert all("temperature" not in c.params and c.params["max_tokens"] == 320 for c in calls[2:])
+    assert all(c.params["grammar"] == 'root ::= "Yes" | "No"' for c in calls[1:])
     result.stdout.fnmatch_lines([
         "adapted to the models*",
         "*- judge (openai:rj): dropped temperature (HTTP 400 unsupported_value*; raised max_tokens 20 -> 320*",
@@ -331,31 +336,14 @@ def test_rejections_are_classified(status, body, sent, constrained, expected):
         assert isinstance(found, ConstraintRejected)
 
 
-def test_budget_raises_are_bounded_and_never_compound():
-    from pytest_socialbias.models.adapt import MAX_BUDGET, Adaptation
-
-    adaptation = Adaptation()
-    assert adaptation.raise_budget(20, 20) == 320
-    assert adaptation.raise_budget(20, 20) == 320  # a call sent with the old budget: no second raise
-    assert adaptation.raise_budget(20, 320) == MAX_BUDGET
-    assert adaptation.raise_budget(20, MAX_BUDGET) is None
-
-
-def test_a_method_found_to_work_is_never_also_failed_whatever_the_order_of_first_answers():
-    """Under concurrency a conforming and a non-conforming first answer can be checked in
-    either order; the outcome (and so a replayed run's report) must not depend on it."""
+def test_a_refused_method_is_never_the_endpoints_and_records_merge_to_the_next():
+    """Records taken before and after an endpoint started refusing a method merge to the
+    method after it, whatever order the records come in."""
     from pytest_socialbias.models.adapt import Adaptation, merge
 
-    first = Adaptation()
-    first.fails("grammar")
-    first.works("grammar")
-    second = Adaptation()
-    second.works("grammar")
-    second.fails("grammar")
-    assert first.to_dict() == second.to_dict() == {"constrain": "grammar"}
-    # Records taken while the checks were in flight still merge to the same state.
-    assert merge([{"constrain_failed": ["grammar"]}, {"constrain": "grammar"}]) == {"constrain": "grammar"}
-    third = Adaptation()
-    third.fails("grammar")
-    third.works("json_schema")
-    assert third.to_dict() == {"constrain": "json_schema", "constrain_failed": ["grammar"]}
+    adaptation = Adaptation()
+    adaptation.works("grammar")
+    adaptation.fails("grammar")
+    assert adaptation.to_dict() == {"constrain_failed": ["grammar"]}
+    before, after = {"constrain": "grammar"}, {"constrain": "json_schema", "constrain_failed": ["grammar"]}
+    assert merge([before, after]) == merge([after, before]) == after

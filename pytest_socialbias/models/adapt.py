@@ -7,18 +7,22 @@ Endpoints differ in how (and whether) they hold an answer to given labels. An
 ``Adaptation`` holds, per endpoint (provider, model, base URL):
 
 * ``dropped``: role-default parameters the endpoint rejected, with the reason; they are
-  no longer sent. (Calls already built when the first rejection comes are built again
-  before they are sent, so with one request in flight the endpoint refuses once.) A parameter the spec sets itself is never dropped: its rejection is an
+  no longer sent. A parameter the spec sets itself is never dropped: its rejection is an
   error naming it (a spec's parameters win).
 * ``budgets``: raised token budgets of short-answer calls (judges, guards) whose answer
   came back empty, cut by the budget after reasoning: ``{"20": 320}``, bounded by
   ``MAX_BUDGET``. Never for the target: an empty target reply is an error.
-* ``constrain``: the constraint method that works (constrain.py), and ``failed`` the
-  ones the endpoint refused.
+* ``constrain``: the constraint method that holds answers to labels (constrain.py),
+  ``none`` where no method does, and ``failed`` the ones the endpoint refused or ignored.
 
-It is learnt once per endpoint and run, kept in the record/replay cache (so workers,
-replays and later runs build the same requests, and cache keys describe what is sent),
-carried on every record and reported under the role in the report's ``models``.
+It is found by the endpoint check, one fixed request per role before the endpoint's
+first call (models/client.py), never from ordinary answers (whose format varies by judge,
+and whose order varies by timing). A rejection that comes later (an endpoint that starts
+refusing) still adapts the calls after it. It is kept in the record/replay cache, so
+workers, replays and later runs send the same requests; it never enters a cache key (the
+key is the request as asked), carried on every record and reported under the role in
+the report's ``models``. A budget raised for one call (its answer cut while reasoning
+despite the checked budget) stays that call's.
 """
 
 from __future__ import annotations
@@ -62,31 +66,29 @@ class Adaptation:
             failed=list(data.get("constrain_failed") or []),
         )
 
+    def update(self, other: "Adaptation") -> None:
+        """Become ``other`` (in place: every holder sees it)."""
+        self.dropped, self.budgets = dict(other.dropped), dict(other.budgets)
+        self.constrain, self.failed = other.constrain, list(other.failed)
+
     def works(self, method: str) -> None:
-        """``method`` held an answer to its labels: the endpoint's method from now on."""
+        """``method`` holds answers to their labels: the endpoint's method from now on."""
         self.constrain = method
         self.failed = [m for m in self.failed if m != method]
 
     def fails(self, method: str) -> None:
-        """``method`` was refused or not honoured; one already found to work stays (an
-        answer checked while the first ones were in flight does not undo it)."""
-        if method != self.constrain and method not in self.failed:
+        """``method`` was refused, or taken and not honoured: never the endpoint's method."""
+        if method not in self.failed:
             self.failed.append(method)
+        if self.constrain == method:
+            self.constrain = None
 
     def budget(self, asked: int) -> int:
         return self.budgets.get(str(asked), asked)
 
-    def raise_budget(self, asked: int, sent: int) -> int | None:
-        """The budget to ask again with, for calls that asked ``asked`` tokens and were
-        sent with ``sent``: raised once past ``sent`` (another call may have raised it
-        already), or None at the bound."""
-        current = self.budget(asked)
-        if current > sent:
-            return current
-        if current >= MAX_BUDGET:
-            return None
-        self.budgets[str(asked)] = min(MAX_BUDGET, current * BUDGET_FACTOR)
-        return self.budgets[str(asked)]
+    def set_budget(self, asked: int, raised: int) -> None:
+        """Calls that ask ``asked`` tokens go out with ``raised`` (never above MAX_BUDGET)."""
+        self.budgets[str(asked)] = min(MAX_BUDGET, raised)
 
     def describe(self) -> list[str]:
         """What was adapted and why, in words, for the summary."""
@@ -95,26 +97,28 @@ class Adaptation:
             f"raised max_tokens {asked} -> {raised} (answers came back empty, cut by the budget after reasoning)"
             for asked, raised in sorted(self.budgets.items(), key=lambda kv: int(kv[0]))
         ]
-        if self.constrain:
-            refused = f" (refused: {', '.join(self.failed)})" if self.failed else ""
+        refused = f" (refused: {', '.join(self.failed)})" if self.failed else ""
+        if self.constrain == "none":
+            out.append(f"answers not constrained: the endpoint holds them to the labels by no method{refused}")
+        elif self.constrain:
             out.append(f"answers constrained with {self.constrain}{refused}")
         return out
 
 
 def merge(adaptations: list[dict]) -> dict:
     """One adaptation from several (records of several workers): the union, the larger
-    budget, the latest constraint method."""
+    budget, the constraint method not refused."""
     out = Adaptation()
     for data in adaptations:
         one = Adaptation.from_dict(data)
         out.dropped.update(one.dropped)
         for asked, raised in one.budgets.items():
             out.budgets[asked] = max(raised, out.budgets.get(asked, 0))
-        out.constrain = one.constrain or out.constrain
         out.failed = sorted(set(out.failed) | set(one.failed))
-    # A method that held answers somewhere is the endpoint's, not a failed one (records
-    # taken while concurrent first answers were still being checked may list it as both).
-    out.failed = [m for m in out.failed if m != out.constrain]
+    # A method the endpoint refused part-way is no longer its method: records taken before
+    # the refusal name it, those after name the next.
+    methods = [one.get("constrain") for one in adaptations if one and one.get("constrain")]
+    out.constrain = next((m for m in reversed(methods) if m not in out.failed), None)
     return out.to_dict()
 
 

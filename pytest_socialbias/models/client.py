@@ -4,6 +4,18 @@
 record/replay cache, rate-limited by the process-wide semaphore, sent through the backend
 (whose SDK retries transient failures with backoff, honouring Retry-After), checked, and
 recorded. A call that still fails raises ModelCallError with the reason.
+
+Endpoint checks: before the first request of a run goes to an HTTP endpoint, each role
+that uses the endpoint sends it one fixed request (the ``endpoint_check`` prompt, with the
+parameters the role's calls carry), in a fixed order of roles, whichever call comes
+first. Its answers decide what the run adapts to (models/adapt.py): a parameter the
+endpoint rejects, the budget a reasoning model's short answers need, and for judges the
+constraint method (the first one under which the check's free-text question comes back
+as one of the labels). So the same command sends the same requests whatever order
+answers come back in. The findings go into the cache with the run that found them, and
+one process at a time checks (a lock file beside the cache): the other xdist workers,
+the controller and later runs take them from there. Adaptations found later (an
+endpoint that starts refusing) apply to later calls; none enters a cache key (cache.py).
 """
 
 from __future__ import annotations
@@ -15,7 +27,8 @@ from dataclasses import dataclass, field
 
 from ..cache import CallCache, cache_key, canonical_json
 from ..errors import CacheMiss, ModelCallError
-from .adapt import Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
+from ..prompts import load as load_template
+from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
 from .base import FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import CONSTRAINED_ANSWERS, BackendContext, provider_of
@@ -31,6 +44,28 @@ MAX_ADAPTATIONS = 8
 
 class _Stale(Exception):
     """A call built before the endpoint was adapted to: build it again."""
+
+
+class _MethodRefused(Exception):
+    """An endpoint check's constraint method was refused (HTTP 4xx): try the next."""
+
+
+#: The fixed request of an endpoint check: a free-text question, so only an endpoint that
+#: holds answers to the labels answers a judge's check with one of them.
+ENDPOINT_CHECK_TEMPLATE = "endpoint_check"
+
+
+@dataclass(frozen=True)
+class EndpointCheck:
+    """What a role's endpoint check sends: the parameters its ordinary calls carry
+    (``params``), the labels a judge's answers are held to (``choices``), whether its
+    short answers get a larger budget when reasoning eats it (``adaptive_budget``).
+    Roles of one endpoint are checked by ``order``, whichever of them calls first."""
+
+    order: tuple = (0,)
+    params: tuple = ()  # (name, value) pairs
+    choices: tuple | None = None
+    adaptive_budget: bool = False
 
 
 @dataclass
@@ -50,6 +85,10 @@ class ModelSettings:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _adaptations: dict = field(default_factory=dict)  # endpoint JSON -> Adaptation
     adapted_version: int = 0  # counts the changes learnt, so a waiting call can tell
+    _checks: dict = field(default_factory=dict)  # endpoint JSON -> {role: Model with a check}
+    _checked: set = field(default_factory=set)  # (endpoint JSON, role) checked in this process
+    _check_locks: dict = field(default_factory=dict)  # endpoint JSON -> asyncio.Lock
+    in_flight: dict = field(default_factory=dict)  # cache key -> future of the call sending it
 
     def adaptation(self, key: str) -> Adaptation:
         """What this run learnt about an endpoint (adapt.py), read from the cache first.
@@ -61,15 +100,68 @@ class ModelSettings:
         return found
 
     def learn(self, key: str, change) -> None:
-        """Apply ``change(adaptation)`` to an endpoint's adaptation and keep it."""
+        """Apply ``change(adaptation)`` to an endpoint's adaptation and keep it; with a
+        cache, to the stored one in one transaction (what another process learnt at the
+        same time is kept too), which then becomes this process's."""
         adaptation = self.adaptation(key)
         before = adaptation.to_dict()
         change(adaptation)
-        if adaptation.to_dict() == before:
-            return
-        self.adapted_version += 1
         if self.cache is not None:
-            self.cache.put_adaptation(key, adaptation.to_dict())
+
+            def apply(stored: dict) -> dict:
+                merged = Adaptation.from_dict(stored)
+                change(merged)
+                return merged.to_dict()
+
+            adaptation.update(Adaptation.from_dict(self.cache.update_adaptation(key, apply)))
+        if adaptation.to_dict() != before:
+            self.adapted_version += 1
+
+    def reload(self, key: str) -> None:
+        """Take the endpoint's adaptation as stored (another process checked it)."""
+        if self.cache is None:
+            return
+        stored = Adaptation.from_dict(self.cache.get_adaptation(key))
+        adaptation = self.adaptation(key)
+        if stored.to_dict() != adaptation.to_dict():
+            adaptation.update(stored)
+            self.adapted_version += 1
+
+    # ---- endpoint checks ---------------------------------------------------------------
+
+    def register_check(self, model: "Model") -> None:
+        self._checks.setdefault(model.endpoint_key, {})[model.role] = model
+
+    async def ensure_checked(self, model: "Model") -> None:
+        """Check every role registered on ``model``'s endpoint that is not checked yet,
+        in their fixed order, before anything else is sent to it (module docstring)."""
+        endpoint = model.endpoint_key
+        roles = self._checks.get(endpoint)
+        if not roles or all((endpoint, role) in self._checked for role in roles):
+            return
+        lock = self._check_locks.setdefault(endpoint, asyncio.Lock())
+        async with lock:
+            for checked in sorted(roles.values(), key=lambda m: (m.check.order, m.role)):
+                if (endpoint, checked.role) not in self._checked:
+                    await self._check_role(checked)
+                    self._checked.add((endpoint, checked.role))
+
+    async def _check_role(self, model: "Model") -> None:
+        if self.cache is None:
+            await model.run_check()
+            return
+        lock = self.cache.check_lock(model.endpoint_key)
+        await asyncio.to_thread(lock.acquire)
+        try:
+            self.reload(model.endpoint_key)  # what another process found is this one's too
+            # With --socialbias-record=all, checked again once per run, not once per cache.
+            run = self.cache.checked_by(model.endpoint_key, model.role)
+            if run is not None and (self.cache.mode != "all" or run == self.cache.run):
+                return
+            await model.run_check()
+            self.cache.put_check(model.endpoint_key, model.role, self.cache.run)
+        finally:
+            lock.release()
 
     def adaptations(self) -> dict:
         """Endpoint JSON -> what was adapted, for the endpoints this process adapted to."""
@@ -167,6 +259,7 @@ class Model:
         settings: ModelSettings,
         defaults: dict | None = None,
         runner=None,
+        check: EndpointCheck | None = None,
     ):
         self.role = role
         self.spec = spec
@@ -179,6 +272,11 @@ class Model:
         # What the run learns about the endpoint is filed under this (read on every call).
         self.endpoint_key = canonical_json(self.endpoint)
         check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
+        # The endpoint check (module docstring): HTTP endpoints only; an in-process runtime
+        # rejects nothing and holds answers to labels itself.
+        self.check = check if check is not None and self.provider.adapts else None
+        if self.check is not None:
+            settings.register_check(self)
 
     def __repr__(self) -> str:
         return f"Model(role={self.role!r}, spec={str(self.spec)!r})"
@@ -206,38 +304,49 @@ class Model:
     def adaptation(self) -> Adaptation:
         return self.settings.adaptation(self.endpoint_key)
 
-    def _params(self, call: dict, adaptive_budget: bool = False) -> dict:
+    def _params(self, call: dict) -> dict:
         # A call's None is no parameter of its own; the spec's None drops the parameter.
         call = {k: v for k, v in call.items() if v is not None}
         params = {**self.defaults, **call, **self.spec.params}
-        adaptation = self.adaptation
-        for name in adaptation.dropped:
-            if name not in self.spec.params:
-                params.pop(name, None)
-        if adaptive_budget and "max_tokens" not in self.spec.params and params.get("max_tokens"):
-            params["max_tokens"] = adaptation.budget(params["max_tokens"])
         return {k: v for k, v in params.items() if v is not None}
 
     def constrain_method(self, choices) -> str | None:
         """How this call's answer is held to ``choices`` on this endpoint (constrain.py):
-        the spec's method, else the endpoint's learnt one, else the provider's first
-        that the endpoint has not refused; None when it is not constrained over HTTP."""
-        if not choices or self.provider.can(CONSTRAINED_ANSWERS) or "response_format" in self.spec.params:
-            return None
-        if self.spec.constrain:
-            return None if self.spec.constrain == "none" else self.spec.constrain
-        if self.spec.params.get("thinking_budget"):
-            return None  # Anthropic takes no forced tool beside extended thinking
+        the spec's method, else the one the endpoint check found, else the provider's
+        first that the endpoint has not refused; None when it is not constrained over HTTP."""
+        named = self.named_constrain_method(choices)
+        if named is not None or not choices or not self._constrainable:
+            return None if named in (None, "none") else named
         adaptation = self.adaptation
         if adaptation.constrain:
             return None if adaptation.constrain == "none" else adaptation.constrain
-        methods = self.provider.constrain_methods
-        if self.spec.base_url is None and self.provider.api_constrain_methods is not None:
-            methods = self.provider.api_constrain_methods
-        for method in methods:
+        for method in self._methods:
             if method not in adaptation.failed:
                 return None if method == "none" else method
         return None
+
+    def named_constrain_method(self, choices) -> str | None:
+        """The spec's ``?constrain=METHOD`` where it applies to this call (it then enters
+        the cache key, as any spec setting does), else None."""
+        if choices and self._constrainable and self.spec.constrain:
+            return self.spec.constrain
+        return None
+
+    @property
+    def _constrainable(self) -> bool:
+        """Whether answers can be held to labels over HTTP here (the plugin's business):
+        not where the backend does it itself, the spec sends its own ``response_format``,
+        or Anthropic thinks (no forced tool beside extended thinking)."""
+        return not (
+            self.provider.can(CONSTRAINED_ANSWERS) or "response_format" in self.spec.params
+            or self.spec.params.get("thinking_budget")
+        )
+
+    @property
+    def _methods(self) -> tuple:
+        if self.spec.base_url is None and self.provider.api_constrain_methods is not None:
+            return self.provider.api_constrain_methods
+        return self.provider.constrain_methods
 
     def request(
         self,
@@ -247,23 +356,24 @@ class Model:
         sample: int = 0,
         top_logprobs: int | None = None,
         choices: tuple | None = None,
-        adaptive_budget: bool = False,
+        constrain: str | None = None,
         **call_params,
     ) -> dict:
-        """The canonical description of a call: what the cache key hashes (no secrets).
-        It describes the request actually sent, adaptations included."""
-        params = self._params(call_params, adaptive_budget)
+        """The canonical description of a call as asked: what the cache key hashes (no
+        secrets). What the run learns about the endpoint (a dropped parameter, a raised
+        budget, the constraint method) is not in it: ``sent_request`` adds that. The
+        constraint method is in it only where it was named (the spec's ``constrain=``,
+        or ``constrain`` here: an endpoint check trying one)."""
+        params = self._params(call_params)
         if sample and "seed" in params:
             # A fixed seed would make a repeated draw identical to the first: vary it.
             params["seed"] = params["seed"] + sample
-        # Choices enter the request only where the answer is held to them: by the local
-        # backend's grammar, or by a constraint method of the endpoint.
         extra = {}
-        method = self.constrain_method(choices)
-        if choices and self.provider.can(CONSTRAINED_ANSWERS):
-            extra = {"choices": list(choices)}
-        elif method is not None:
-            extra = {"choices": list(choices), "constrain": method}
+        if choices:
+            extra["choices"] = list(choices)
+            named = constrain or self.named_constrain_method(choices)
+            if named is not None:
+                extra["constrain"] = named
         if self.provider.cache_identity is not None:
             model, base_url = self.provider.cache_identity(self.spec)
         else:
@@ -279,6 +389,28 @@ class Model:
             "sample": sample,
             "top_logprobs": top_logprobs,
         }
+
+    def sent_request(self, request: dict, adaptive_budget: bool = False, budget: int | None = None) -> dict:
+        """``request`` (as asked) as it goes to this endpoint now: parameters it rejects
+        dropped (unless the spec sets them), a short answer's budget as the endpoint
+        check found it (or ``budget``, this call's own raise), the constraint method."""
+        params = dict(request["params"])
+        adaptation = self.adaptation
+        for name in adaptation.dropped:
+            if name not in self.spec.params:
+                params.pop(name, None)
+        if adaptive_budget and "max_tokens" not in self.spec.params and params.get("max_tokens"):
+            params["max_tokens"] = budget or adaptation.budget(params["max_tokens"])
+        sent = {**request, "params": dict(sorted(params.items()))}
+        sent.pop("constrain", None)
+        choices = request.get("choices")
+        if choices and not self.provider.can(CONSTRAINED_ANSWERS):
+            method = request.get("constrain") or self.constrain_method(choices)
+            if method is None or method == "none":
+                sent.pop("choices")  # nothing holds the answer: the parser reads it
+            else:
+                sent["constrain"] = method
+        return sent
 
     async def chat(
         self,
@@ -300,69 +432,24 @@ class Model:
         labels where the endpoint can (constrain.py); elsewhere the caller's parser
         decides. ``adaptive_budget`` (short answers: judges, guards): an answer that comes
         back empty, cut by the budget after reasoning, is asked again with a larger
-        budget (bounded). An endpoint that rejects a role-default parameter is asked
-        again without it. Both are remembered (adapt.py). Raises ModelCallError when the
-        call fails for good.
+        budget (x16, at most MAX_BUDGET). An endpoint that rejects a role-default
+        parameter is asked again without it, remembered (adapt.py). Raises
+        ModelCallError when the call fails for good.
         """
+        return await self._chat(
+            messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices, usage=usage,
+            adaptive_budget=adaptive_budget, **call_params,
+        )
+
+    async def _chat(
+        self, messages, *, template, sample, top_logprobs, choices, usage, adaptive_budget,
+        constrain: str | None = None, checking: bool = False, **call_params,
+    ) -> ChatResponse:
         counters = [c for c in (usage, self.settings.totals) if c is not None]
-
-        def build() -> dict:
-            return self.request(
-                messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices,
-                adaptive_budget=adaptive_budget, **call_params,
-            )
-
-        for _attempt in range(MAX_ADAPTATIONS + 1):
-            request = build()
-            try:
-                response = await self._answer(request, build, choices, counters)
-            except _Stale:
-                continue  # the endpoint was adapted to while this call waited: build it again
-            except ParameterRejected as exc:
-                self._drop(exc)
-                continue
-            except ConstraintRejected:
-                self._constraint_failed(request["constrain"])
-                continue
-            if "constrain" in request and self.adaptation.constrain is None and response.text.strip():
-                if not conforms(response.text, choices):
-                    # The endpoint took the fields but did not hold the answer to them
-                    # (it ignores what it does not know): not a method that works here.
-                    self._constraint_failed(request["constrain"])
-                    continue
-                self.settings.learn(self.endpoint_key, lambda a: a.works(request["constrain"]))
-            if adaptive_budget and self._cut_while_reasoning(response, request):
-                asked = self._params(call_params).get("max_tokens")
-                if asked and "max_tokens" not in self.spec.params:
-                    sent = request["params"].get("max_tokens", asked)
-                    raised: list = []
-                    self.settings.learn(self.endpoint_key, lambda a: raised.append(a.raise_budget(asked, sent)))
-                    if raised[0] is not None:
-                        continue
-            return response
-        raise ModelCallError(self.role, str(self.spec), f"gave up after {MAX_ADAPTATIONS} adaptations to the endpoint")
-
-    @staticmethod
-    def _cut_while_reasoning(response: ChatResponse, request: dict) -> bool:
-        return not response.text.strip() and response.finish_reason == FINISH_LENGTH
-
-    def _constraint_failed(self, method: str) -> None:
-        self.settings.learn(self.endpoint_key, lambda a: a.fails(method))
-
-    def _drop(self, exc: ParameterRejected) -> None:
-        if exc.name in self.spec.params:
-            raise ModelCallError(
-                self.role, str(self.spec),
-                f"the endpoint rejects {exc.name}={self.spec.params[exc.name]!r}, which the spec sets ({exc.reason}); "
-                f"drop it with ?{exc.name}=none or give a value it takes",
-            )
-        self.settings.learn(self.endpoint_key, lambda a: a.dropped.setdefault(exc.name, exc.reason))
-
-    async def _answer(self, request: dict, build, choices, counters) -> ChatResponse:
-        """The answer to ``request``: from the cache, the dry-run stand-in, or the endpoint.
-        ``build`` makes the request afresh: when the endpoint was adapted to while this
-        call waited for its turn, the call is built again (_Stale) rather than sent as it
-        was."""
+        request = self.request(
+            messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices,
+            constrain=constrain, **call_params,
+        )
         cache = self.settings.cache
         key = cache_key(request) if (cache is not None or self.settings.dry_run) else None
         if cache is not None:
@@ -373,7 +460,7 @@ class Model:
                     counter.add(self.role, True, response)
                 return response
             if cache.mode == "none" and not self.settings.dry_run:
-                raise CacheMiss(self.role, str(self.spec), key)
+                raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2)
         if self.settings.dry_run:
             # A request repeated within the run is answered from the cache by then.
             repeated = key in self.settings.dry_seen
@@ -382,16 +469,137 @@ class Model:
             for counter in counters:
                 counter.add(self.role, repeated, response)
             return response
-        version = self.settings.adapted_version
-        async with self.settings.semaphore:
-            if self.settings.adapted_version != version and build() != request:
-                raise _Stale()
-            response = await self._call(request)
-        if cache is not None:
-            cache.put(key, self.role, request, response.to_dict())
-        for counter in counters:
-            counter.add(self.role, False, response)
+        # The same request asked twice at once (two cases whose dialogues start alike) is
+        # sent once and answered to both, so how many are sent never depends on timing.
+        in_flight = self.settings.in_flight
+        if key is not None and key in in_flight:
+            response = await asyncio.shield(in_flight[key])
+            for counter in counters:
+                counter.add(self.role, True, response)
+            return split_thinking(response)
+        answered = asyncio.get_running_loop().create_future()
+        if key is not None:
+            in_flight[key] = answered
+        try:
+            if not checking:
+                await self.settings.ensure_checked(self)
+            response, sent = await self._send(request, adaptive_budget, counters, learn_budget=checking)
+            if cache is not None:
+                cache.put(key, self.role, request, response.to_dict(), sent)
+            answered.set_result(response)
+        except asyncio.CancelledError:
+            answered.cancel()
+            raise
+        except BaseException as exc:
+            answered.set_exception(exc)
+            answered.exception()  # retrieved: nobody else may be waiting for it
+            raise
+        finally:
+            if key is not None:
+                in_flight.pop(key, None)
         return split_thinking(response)
+
+    async def _send(self, request: dict, adaptive_budget: bool, counters, learn_budget: bool = False):
+        """Send ``request`` as the endpoint takes it now, adapting as it answers: a
+        rejected parameter is dropped (for the endpoint), a refused constraint method is
+        left for the next (for the endpoint), an answer cut while reasoning is asked again
+        with a larger budget (for this call; for the endpoint when ``learn_budget``: the
+        endpoint check). Returns (response, the request as last sent)."""
+        budget = None  # this call's own raised budget
+        for _attempt in range(MAX_ADAPTATIONS + 1):
+            sent = self.sent_request(request, adaptive_budget, budget)
+            version = self.settings.adapted_version
+            try:
+                async with self.settings.semaphore:
+                    if self.settings.adapted_version != version and self.sent_request(request, adaptive_budget, budget) != sent:
+                        raise _Stale()
+                    response = await self._call(sent)
+            except _Stale:
+                continue  # the endpoint was adapted to while this call waited: build it again
+            except ParameterRejected as exc:
+                self._drop(exc)
+                continue
+            except ConstraintRejected as exc:
+                self._refused(request, sent["constrain"], exc)
+                continue
+            for counter in counters:
+                counter.add(self.role, False, response)
+            if adaptive_budget and self._cut_while_reasoning(response) and "max_tokens" not in self.spec.params:
+                current = sent["params"].get("max_tokens")
+                if current and current < MAX_BUDGET:
+                    budget = min(MAX_BUDGET, current * BUDGET_FACTOR)
+                    if learn_budget:
+                        asked = request["params"]["max_tokens"]
+                        self.settings.learn(self.endpoint_key, lambda a: a.set_budget(asked, budget))
+                    continue
+            return response, sent
+        raise ModelCallError(self.role, str(self.spec), f"gave up after {MAX_ADAPTATIONS} adaptations to the endpoint")
+
+    def _refused(self, request: dict, method: str, exc: ConstraintRejected) -> None:
+        if request.get("constrain"):  # named: by the spec, or a check trying it
+            if self.spec.constrain == method:
+                raise ModelCallError(
+                    self.role, str(self.spec),
+                    f"the endpoint refuses constrain={method} ({exc.reason}); name another method or "
+                    "?constrain=none",
+                )
+            self.settings.learn(self.endpoint_key, lambda a: a.fails(method))
+            raise _MethodRefused(method)
+
+        def move_on(adaptation) -> None:  # to the next method the endpoint has not refused
+            adaptation.fails(method)
+            if adaptation.constrain is None:
+                adaptation.works(next((m for m in self._methods if m not in adaptation.failed), "none"))
+
+        self.settings.learn(self.endpoint_key, move_on)
+
+    async def run_check(self) -> None:
+        """This role's endpoint check (module docstring): one fixed request with the
+        role's parameters; for a judge, once per constraint method until one holds the
+        answer to the labels. What it finds is learnt for the endpoint."""
+        check = self.check
+        messages = load_template(ENDPOINT_CHECK_TEMPLATE).messages()
+        template = load_template(ENDPOINT_CHECK_TEMPLATE).id
+        ask = dict(
+            template=template, sample=0, top_logprobs=None, usage=None, adaptive_budget=check.adaptive_budget,
+            checking=True, **dict(check.params),
+        )
+        choices = check.choices
+        try:
+            if not choices or not self._constrainable or self.spec.constrain or self.adaptation.constrain:
+                # No method to find (or another role of the endpoint found it): one request.
+                await self._chat(messages, choices=choices, **ask)
+                return
+            for method in self._methods:
+                if method == "none":
+                    break
+                if method in self.adaptation.failed:
+                    continue
+                try:
+                    response = await self._chat(messages, choices=choices, constrain=method, **ask)
+                except _MethodRefused:
+                    continue
+                if conforms(response.text, choices):
+                    self.settings.learn(self.endpoint_key, lambda a: a.works(method))
+                    return
+                # Taken but not honoured: the endpoint ignores fields it does not know.
+                self.settings.learn(self.endpoint_key, lambda a: a.fails(method))
+            self.settings.learn(self.endpoint_key, lambda a: a.works("none"))
+        except ModelCallError as exc:
+            raise ModelCallError(self.role, str(self.spec), f"endpoint check failed: {exc.reason}") from exc
+
+    @staticmethod
+    def _cut_while_reasoning(response: ChatResponse) -> bool:
+        return not response.text.strip() and response.finish_reason == FINISH_LENGTH
+
+    def _drop(self, exc: ParameterRejected) -> None:
+        if exc.name in self.spec.params:
+            raise ModelCallError(
+                self.role, str(self.spec),
+                f"the endpoint rejects {exc.name}={self.spec.params[exc.name]!r}, which the spec sets ({exc.reason}); "
+                f"drop it with ?{exc.name}=none or give a value it takes",
+            )
+        self.settings.learn(self.endpoint_key, lambda a: a.dropped.setdefault(exc.name, exc.reason))
 
     async def _call(self, request: dict) -> ChatResponse:
         last: BaseException | None = None

@@ -88,6 +88,9 @@ class Provider:
     #: nothing; openai costs 1.4 s of CPU to import, anthropic 3 s); when the variable is
     #: set the SDK itself is asked, so the key always names the URL the SDK would use.
     default_url: tuple[str, str] | None = None
+    #: An endpoint over HTTP, whose behaviour the run learns (models/adapt.py) from one
+    #: endpoint check per role before its first call; in-process runtimes reject nothing.
+    adapts: bool = True
 
     def can(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -227,7 +230,7 @@ ANTHROPIC = register(Provider(
 ))
 LOCAL = register(Provider(
     name="local", build=_build_local, takes_url=False, default_model=EMBEDDED_MODEL, check=_check_local,
-    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), build_early=False,
+    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), build_early=False, adapts=False,
     judge_warning=EMBEDDED_JUDGE_WARNING, url_hint="to use a llama.cpp server, write openai:MODEL@{url}",
     unsupported=(("reasoning_effort", "the embedded llama.cpp runtime has no reasoning_effort"),
                  ("thinking_budget", "the embedded llama.cpp runtime has no thinking_budget")),
@@ -297,7 +300,7 @@ def _hf_identity(spec) -> tuple:
 #: A transformers causal LM run in this process with batched generation: ``hf:PATH_OR_NAME``.
 HF = register(Provider(
     name="hf", build=_build_hf, takes_url=False, build_early=False, check=_check_hf, runtime_settings=True,
-    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), cache_identity=_hf_identity,
+    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), cache_identity=_hf_identity, adapts=False,
     url_hint="for a server, write openai:MODEL@{url} or vllm:MODEL",
     unsupported=(("reasoning_effort", "the hf backend has no reasoning_effort"),
                  ("thinking_budget", "the hf backend has no thinking_budget")),

@@ -49,10 +49,15 @@ keys) into their environment.  To run a standalone server, e.g. for a whole
 from __future__ import annotations
 
 from .behaviours import ReasoningModel
-from .server import FAULT_KINDS, FakeRequest, FakeServer, Fault, Reply, Script, ScriptResult
+from .server import (
+    ENDPOINT_CHECK_TEXT, FAULT_KINDS, FakeRequest, FakeServer, Fault, Reply, Script, ScriptResult, honoured, labels_held_to,
+)
 
 __all__ = [
+    "ENDPOINT_CHECK_TEXT",
     "FAULT_KINDS",
+    "honoured",
+    "labels_held_to",
     "ReasoningModel",
     "FakeRequest",
     "FakeServer",

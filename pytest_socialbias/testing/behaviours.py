@@ -70,3 +70,4 @@ class ReasoningModel:
             reply, reasoning=thinking, completion_tokens=self.thinking_tokens + answer_tokens,
             reasoning_tokens=self.thinking_tokens,
         )
+

@@ -33,6 +33,7 @@ import http
 import inspect
 import json
 import random
+import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -83,6 +84,11 @@ _TO_OPENAI_FINISH = {
 # --------------------------------------------------------------------------- #
 
 
+#: Words of the plugin's endpoint-check prompt (prompts/endpoint_check.yaml), by which a
+#: script tells the check apart from a suite's calls.
+ENDPOINT_CHECK_TEXT = "checks how the endpoint answers before a pytest-socialbias run"
+
+
 @dataclass
 class FakeRequest:
     """One completion request as seen by the server (builtins-only fields).
@@ -123,11 +129,58 @@ class FakeRequest:
         return ""
 
     @property
+    def endpoint_check(self) -> bool:
+        """Whether this is the plugin's endpoint check: one fixed request per role that a
+        run sends an HTTP endpoint before its first call (see :func:`honoured`)."""
+        return ENDPOINT_CHECK_TEXT in self.prompt_text
+
+    @property
     def prompt_text(self) -> str:
         """System prompt plus every message text, space-separated."""
         parts = [self.system] if self.system else []
         parts.extend(m.get("content", "") for m in self.messages)
         return " ".join(parts)
+
+
+# --------------------------------------------------------------------------- constraints
+
+
+def labels_held_to(req: FakeRequest) -> list | None:
+    """The labels a request asks the endpoint to hold its answer to, by whichever
+    constraint field it carries (a GBNF ``grammar`` of alternatives, ``guided_choice``, a
+    ``response_format`` or forced tool whose schema has an ``answer`` enum), else None."""
+    params = req.params
+    if isinstance(params.get("guided_choice"), list):
+        return list(params["guided_choice"])
+    if isinstance(params.get("grammar"), str):
+        return re.findall(r'"((?:[^"\\]|\\.)*)"', params["grammar"]) or None
+    schema = None
+    response_format = params.get("response_format")
+    if isinstance(response_format, dict):
+        schema = response_format.get("schema") or (response_format.get("json_schema") or {}).get("schema")
+    for tool in params.get("tools") or []:
+        if isinstance(tool, dict) and "input_schema" in tool:
+            schema = tool["input_schema"]
+    if isinstance(schema, dict):
+        enum = ((schema.get("properties") or {}).get("answer") or {}).get("enum")
+        return list(enum) if enum else None
+    return None
+
+
+def honoured(req: FakeRequest, label: str | None = None,
+             text: str = "Mild and bright, with dew on the grass.") -> str:
+    """The answer of an endpoint that honours whatever constraint ``req`` carries:
+    ``label`` (the first label by default) as the method returns it (bare for a grammar or
+    ``guided_choice``, ``{"answer": ...}`` for ``response_format``), or ``text`` where the
+    request holds the answer to nothing. A script answers the plugin's endpoint check
+    (``req.endpoint_check``) with it to play an endpoint that constrains answers."""
+    labels = labels_held_to(req)
+    if not labels:
+        return text
+    label = label if label is not None else labels[0]
+    if "response_format" in req.params:
+        return json.dumps({"answer": label})
+    return label
 
 
 LogprobEntry = Sequence[Any]
@@ -497,6 +550,12 @@ class FakeServer:
         seed: Seed of the ``random.Random`` used for random faults.
         host: Interface to bind (loopback by default).
         port: Port to bind; ``0`` picks a free one.
+        endpoint_checks: ``"answer"`` (default): the server answers the plugin's
+            endpoint checks (``req.endpoint_check``) itself, as an endpoint that
+            honours every constraint method would (:func:`honoured`), so a script
+            never sees them; ``"script"``: the script answers them too (to play an
+            endpoint that refuses or ignores a method, or rejects a parameter).
+            Either way they are logged in ``requests``.
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
     """
@@ -510,6 +569,7 @@ class FakeServer:
         seed: int = 0,
         host: str = "127.0.0.1",
         port: int = 0,
+        endpoint_checks: str = "answer",
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate must be in [0, 1], got {fault_rate}")
@@ -523,6 +583,9 @@ class FakeServer:
             raise ValueError("fault_rate > 0 needs at least one fault kind")
         if script is not None and not isinstance(script, str) and not callable(script):
             raise TypeError("script must be None, a str or a callable")
+        if endpoint_checks not in ("answer", "script"):
+            raise ValueError(f"endpoint_checks must be 'answer' or 'script', got {endpoint_checks!r}")
+        self.check_mode = endpoint_checks
 
         self.script = script
         self.latency = float(latency)
@@ -536,6 +599,7 @@ class FakeServer:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._log: list[FakeRequest] = []
+        self._checks: list[FakeRequest] = []
         self._next_index = 0
         self._faults_injected = 0
         self._script_errors: list[str] = []
@@ -592,6 +656,14 @@ class FakeServer:
             return len(self._log)
 
     @property
+    def endpoint_checks(self) -> list[FakeRequest]:
+        """The plugin's endpoint checks the server answered itself
+        (``endpoint_checks="answer"``), in arrival order; they are not in
+        :attr:`requests`."""
+        with self._lock:
+            return list(self._checks)
+
+    @property
     def faults_injected(self) -> int:
         """Number of random faults injected because of ``fault_rate``."""
         with self._lock:
@@ -610,6 +682,7 @@ class FakeServer:
         """
         with self._lock:
             self._log.clear()
+            self._checks.clear()
             self._script_errors.clear()
             self._faults_injected = 0
             self._next_index = 0
@@ -853,29 +926,36 @@ class FakeServer:
             if "system" in params:
                 raw_system = params.pop("system")
                 system = None if raw_system is None else _flatten_content(raw_system)
-        fault: str | None = None
+        req = FakeRequest(
+            index=0,
+            api=api,
+            path=path,
+            model=model if isinstance(model, str) else "",
+            messages=_normalise_messages(body.get("messages")),
+            system=system,
+            params=params,
+            headers=headers,
+            body=body,
+        )
         with self._lock:
+            if self.check_mode == "answer" and req.endpoint_check:
+                # Answered by the server itself: logged apart, no random fault drawn (the
+                # script's requests see the same fault sequence with or without checks).
+                req.index = len(self._checks)
+                self._checks.append(req)
+                return req
             if self.fault_rate > 0 and self._rng.random() < self.fault_rate:
-                fault = self._rng.choice(self.fault_kinds)
+                req.fault = self._rng.choice(self.fault_kinds)
                 self._faults_injected += 1
-            req = FakeRequest(
-                index=self._next_index,
-                api=api,
-                path=path,
-                model=model if isinstance(model, str) else "",
-                messages=_normalise_messages(body.get("messages")),
-                system=system,
-                params=params,
-                headers=headers,
-                body=body,
-                fault=fault,
-            )
+            req.index = self._next_index
             self._next_index += 1
             self._log.append(req)
         return req
 
     async def _run_script(self, req: FakeRequest) -> Reply | Fault:
         script = self.script
+        if self.check_mode == "answer" and req.endpoint_check:
+            return Reply(text=honoured(req))
         if script is None:
             return _default_reply(req)
         if isinstance(script, str):
