@@ -48,22 +48,43 @@ def _cache_configure(parser: argparse.ArgumentParser) -> None:
         help="check the record/replay cache: sqlite integrity, the calls table, and that every "
         "row's request and response parse and its key is the hash of its request",
         description="Check the record/replay cache without changing it. Exit status 0 when "
-        "every entry is sound, 1 with one line per problem, 2 when there is no cache to check.",
+        "every entry is sound, 1 with one line per problem, 2 when there is no cache to check. "
+        "With --repair, a damaged cache (a truncated or corrupted file) is replaced by a new one "
+        "holding every entry that still reads back sound; the damaged file is kept beside it.",
     )
     verify.add_argument(
         "--cache-dir", type=Path, default=Path(".socialbias"), metavar="DIR", dest="cache_dir",
         help="record/replay cache folder (default .socialbias)",
     )
+    verify.add_argument(
+        "--repair", action="store_true",
+        help="salvage what is readable of a damaged cache into a new file (no run may use the cache meanwhile); "
+        "exit status 0 once the new file is in place",
+    )
 
 
 def _cache_run(args: argparse.Namespace) -> int:
-    from .cache import verify_cache
+    from .cache import CACHE_FILE, repair_cache, verify_cache
 
+    if args.repair:
+        repair = repair_cache(args.cache_dir)
+        if not repair.needed:
+            print(f"nothing to repair: {repair.salvaged} entries OK")
+            return 0
+        lost = (f"{repair.unreadable} row(s) could not be read" if repair.unreadable is not None
+                else "the rest could not be read (how many rows is unknown: the end of the table is lost)")
+        print(
+            f"salvaged {repair.salvaged} entries into a new {args.cache_dir / CACHE_FILE}; {lost}; "
+            f"{repair.unsound} read but were unsound; the next run asks their calls again"
+        )
+        print(f"the damaged file is kept as {repair.damaged_copy}; delete it when you no longer need it")
+        return 0
     rows, problems = verify_cache(args.cache_dir)
     for problem in problems:
         print(problem)
     if problems:
-        print(f"{len(problems)} problem(s) in {args.cache_dir}", file=sys.stderr)
+        print(f"{len(problems)} problem(s) in {args.cache_dir}; `python -m pytest_socialbias cache verify --repair "
+              f"--cache-dir {args.cache_dir}` salvages what is readable into a new file", file=sys.stderr)
         return 1
     print(f"{rows} entries OK")
     return 0

@@ -15,14 +15,17 @@ replay finds every recorded answer whatever order the record run learnt things i
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import sqlite3
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import CacheError, ConfigError
 
 RECORD_MODES = ("none", "new", "all", "off")
 CACHE_FILE = "calls.sqlite3"
@@ -46,7 +49,10 @@ def cache_key(request: dict) -> str:
 class CallCache:
     """One sqlite connection per process; used from the process's model-call thread."""
 
-    def __init__(self, directory: str | Path, mode: str, run: str | None = None):
+    def __init__(self, directory: str | Path, mode: str, run: str | None = None, verify: bool = False):
+        """Open (or create) the cache of ``directory`` for ``mode``; ``verify``: run
+        sqlite's quick check first, so a damaged file is a usage error before any work.
+        ConfigError, saying what to do, when it cannot be used."""
         if mode not in RECORD_MODES or mode == "off":
             raise ValueError(f"CallCache needs a record mode in none/new/all, got {mode!r}")
         self.mode = mode
@@ -56,38 +62,61 @@ class CallCache:
         self.directory = Path(directory)
         self.path = self.directory / CACHE_FILE
         self._locks: dict = {}
+        self.read_only = False  # a replay of a cache in a folder it cannot write
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                check_same_thread=False,
-            )
-            self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # NORMAL is crash-safe in WAL mode (a killed process loses nothing committed).
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS calls ("
-                " key TEXT PRIMARY KEY, role TEXT NOT NULL, provider TEXT NOT NULL,"
-                " model TEXT NOT NULL, request TEXT NOT NULL, response TEXT NOT NULL,"
-                " created REAL NOT NULL, sent TEXT, run TEXT)"
-            )
-            self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
-            # What the run learnt about an endpoint (a parameter it rejects, the budget its
-            # reasoning needs, how it constrains answers), so later calls, workers and
-            # replays send (and report) the same.
-            self._db.execute("CREATE TABLE IF NOT EXISTS adaptations (endpoint TEXT PRIMARY KEY, data TEXT NOT NULL)")
-            # Which roles of an endpoint were checked (models/client.py), and by which run.
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS checks (endpoint TEXT NOT NULL, role TEXT NOT NULL,"
-                " run TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (endpoint, role))"
-            )
-            self.recorded_by = self._schema_version()
+            self._db = self._connect()
+            if self.read_only:
+                self.recorded_by = self._read_schema_version()
+            else:
+                self._create_tables()
+                self.recorded_by = self._schema_version()
+            if verify:
+                problems = [row[0] for row in self._db.execute("PRAGMA quick_check")]
+                if problems != ["ok"]:
+                    raise sqlite3.DatabaseError("database disk image is malformed: " + "; ".join(problems[:3]))
         except (OSError, sqlite3.Error) as exc:
-            raise ConfigError(
-                f"--socialbias-cache-dir={self.directory}: cannot open the cache "
-                f"({exc}); point it at a writable folder, or pass --socialbias-record=off"
-            ) from None
+            raise ConfigError(f"--socialbias-cache-dir={self.directory}: {cache_problem(exc, self.directory)}") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
+            )
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL is crash-safe in WAL mode (a killed process loses nothing committed).
+            db.execute("PRAGMA synchronous=NORMAL")
+            return db
+        except sqlite3.OperationalError as exc:
+            if self.mode != "none" or not self.path.exists() or kind_of(exc) not in ("read-only", "unopenable"):
+                raise
+        # A replay reads a cache it may not write (a CI artifact in a read-only folder):
+        # immutable, as nothing writes it while this run reads.
+        self.read_only = True
+        return sqlite3.connect(f"{self.path.resolve().as_uri()}?immutable=1", uri=True, check_same_thread=False)
+
+    def _create_tables(self) -> None:
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS calls ("
+            " key TEXT PRIMARY KEY, role TEXT NOT NULL, provider TEXT NOT NULL,"
+            " model TEXT NOT NULL, request TEXT NOT NULL, response TEXT NOT NULL,"
+            " created REAL NOT NULL, sent TEXT, run TEXT)"
+        )
+        self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
+        # What the run learnt about an endpoint (a parameter it rejects, the budget its
+        # reasoning needs, how it constrains answers), so later calls, workers and
+        # replays send (and report) the same.
+        self._db.execute("CREATE TABLE IF NOT EXISTS adaptations (endpoint TEXT PRIMARY KEY, data TEXT NOT NULL)")
+        # Which roles of an endpoint were checked (models/client.py), and by which run.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS checks (endpoint TEXT NOT NULL, role TEXT NOT NULL,"
+            " run TEXT NOT NULL, created REAL NOT NULL, PRIMARY KEY (endpoint, role))"
+        )
+
+    def _read_schema_version(self) -> int:
+        rows = dict(self._db.execute("SELECT name, value FROM meta").fetchall())
+        return int(rows.get("migrated_from") or rows.get("schema_version") or SCHEMA_VERSION)
 
     def _schema_version(self) -> int:
         """The file's schema version, brought up to this one (the version it had is
@@ -148,23 +177,17 @@ class CallCache:
         returns what is stored now. A replay never writes (it gets the change applied)."""
         if self.mode == "none":
             return change(self.get_adaptation(endpoint) or {})
-        for attempt in range(5):
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                if not _busy(exc) or attempt == 4:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+        self._execute("BEGIN IMMEDIATE")
         try:
-            row = self._db.execute("SELECT data FROM adaptations WHERE endpoint = ?", (endpoint,)).fetchone()
+            row = self._execute("SELECT data FROM adaptations WHERE endpoint = ?", (endpoint,)).fetchone()
             data = change(json.loads(row[0]) if row else {})
-            self._db.execute(
+            self._execute(
                 "INSERT OR REPLACE INTO adaptations (endpoint, data) VALUES (?, ?)", (endpoint, canonical_json(data))
             )
-            self._db.execute("COMMIT")
+            self._execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
             raise
         return data
 
@@ -172,6 +195,10 @@ class CallCache:
         """The run that checked this role of the endpoint, or None."""
         row = self._execute("SELECT run FROM checks WHERE endpoint = ? AND role = ?", (endpoint, role)).fetchone()
         return row[0] if row else None
+
+    def checked_in(self, endpoint: str, run: str) -> bool:
+        """Whether ``run`` checked any role of the endpoint."""
+        return self._execute("SELECT 1 FROM checks WHERE endpoint = ? AND run = ?", (endpoint, run)).fetchone() is not None
 
     def put_check(self, endpoint: str, role: str, run: str) -> None:
         if self.mode == "none":
@@ -207,8 +234,10 @@ class CallCache:
                 return self._db.execute(sql, args)
             except sqlite3.OperationalError as exc:
                 if not _busy(exc) or attempt == 4:
-                    raise
+                    raise CacheError(cache_problem(exc, self.directory)) from exc
                 time.sleep(0.05 * (attempt + 1))
+            except (sqlite3.Error, OSError) as exc:
+                raise CacheError(cache_problem(exc, self.directory)) from exc
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -217,6 +246,45 @@ class CallCache:
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+def kind_of(exc: BaseException) -> str:
+    """What went wrong with the cache file: ``full`` (no space left), ``read-only``,
+    ``damaged`` (a truncated or corrupted file), ``unopenable``, or ``other``."""
+    if isinstance(exc, OSError):
+        return {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "read-only", errno.EACCES: "read-only",
+                errno.EPERM: "read-only"}.get(exc.errno, "other")
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc).lower()
+    if name.startswith("SQLITE_FULL") or "disk is full" in text:
+        return "full"
+    if name.startswith("SQLITE_READONLY") or "readonly" in text or "read-only" in text:
+        return "read-only"
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or "not a database" in text:
+        return "damaged"
+    if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
+        return "unopenable"
+    return "other"
+
+
+def cache_problem(exc: BaseException, directory: Path) -> str:
+    """What is wrong with the cache under ``directory``, and what to do about it."""
+    kind = kind_of(exc)
+    if kind in ("unopenable", "other") and directory.is_dir() and not os.access(directory, os.W_OK):
+        kind = "read-only"  # sqlite cannot create its journal beside the file
+    if kind == "full":
+        return (f"the disk holding the cache is full ({exc}): free space there, or point --socialbias-cache-dir "
+                "at another disk; what was recorded before is kept")
+    if kind == "read-only":
+        return (f"the cache folder cannot be written ({exc}): make it writable, point --socialbias-cache-dir at a "
+                "writable folder, replay it as it is with --socialbias-record=none, or run without a cache "
+                "(--socialbias-record=off)")
+    if kind == "damaged":
+        return (f"the cache file {directory / CACHE_FILE} is damaged ({exc}): run `python -m pytest_socialbias cache "
+                f"verify --repair --cache-dir {directory}` to salvage what is readable into a new file, or delete it "
+                "(its answers are then asked again)")
+    return (f"cannot use the cache ({exc}); point --socialbias-cache-dir at a writable folder on a local disk, "
+            "or pass --socialbias-record=off")
 
 
 # --------------------------------------------------------------------------- verify
@@ -307,3 +375,176 @@ def _row_problems(key, request: str, response: str, response_fields: list[str]) 
     elif not isinstance(response_data["text"], str):
         problems.append("response text is not a string")
     return problems
+
+
+# --------------------------------------------------------------------------- repair
+
+#: Rows read per query while salvaging; a query that fails is retried row by row.
+SALVAGE_CHUNK = 500
+#: Row ids tried one by one past the last readable one before giving up on the rest.
+SALVAGE_GAP = 5_000
+
+
+@dataclass
+class Repair:
+    """What ``repair_cache`` did: entries salvaged into the new file, rows that could not
+    be read, rows read but unsound (verify's checks), and where the damaged file went."""
+
+    salvaged: int = 0
+    unreadable: int | None = 0  # None: how many is unknown (the table's last page is lost)
+    unsound: int = 0
+    damaged_copy: Path | None = None
+    needed: bool = True
+
+
+def repair_cache(directory: str | Path) -> Repair:
+    """Salvage what is readable of a damaged cache under ``directory`` into a new file.
+
+    The damaged file (with its WAL) is read from a copy, so it is never changed; every
+    row that reads back and passes verify's checks goes into a new file, written beside
+    it and then moved into place; the damaged one is kept as
+    ``calls.sqlite3.damaged-<time>`` for the user to delete. A sound cache is left as it
+    is (``needed`` False). No run may use the cache meanwhile."""
+    import tempfile
+
+    from .models.base import ChatResponse
+
+    directory = Path(directory)
+    rows, problems = verify_cache(directory)  # ConfigError where there is nothing to repair
+    if not problems:
+        return Repair(salvaged=rows, needed=False)
+    result = Repair()
+    fields = list(ChatResponse.REQUIRED_FIELDS)
+    path = directory / CACHE_FILE
+    new_path = directory / f".{CACHE_FILE}.repairing"
+    for leftover in (new_path, Path(f"{new_path}-wal"), Path(f"{new_path}-shm")):
+        leftover.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        new = sqlite3.connect(new_path, isolation_level=None)
+        try:
+            _new_tables(new)
+            new.execute("BEGIN")
+            # Read twice, from copies: as it is (with its WAL, whose frames may hold the
+            # latest rows), then with its header mended (a truncated file's header still
+            # counts the lost pages, and sqlite then reads no page at all).
+            for attempt, mend in enumerate((False, True)):
+                old = _damaged_copy(path, Path(scratch) / f"copy-{attempt}", mend)
+                if old is None:
+                    continue
+                counts = Repair()
+                for row in _salvage(old, "calls", counts):
+                    data = dict(zip(CALL_COLUMNS, row))
+                    if _row_problems(data["key"], data["request"], data["response"], fields):
+                        counts.unsound += 1
+                        continue
+                    inserted = new.execute(
+                        "INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        tuple(data.get(column) for column in CALL_COLUMNS),
+                    ).rowcount
+                    result.salvaged += inserted
+                if attempt == 0 or counts.unreadable is not None:
+                    result.unreadable = counts.unreadable
+                result.unsound = max(result.unsound, counts.unsound)
+                for table, width in (("adaptations", 2), ("checks", 4), ("meta", 2)):
+                    for row in _salvage(old, table, Repair()):
+                        if len(row) == width:
+                            new.execute(f"INSERT OR IGNORE INTO {table} VALUES ({', '.join('?' * width)})", row)
+                old.close()
+            new.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            new.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),))
+            new.execute("COMMIT")
+            new.execute("PRAGMA journal_mode=WAL")
+        finally:
+            new.close()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    result.damaged_copy = directory / f"{CACHE_FILE}.damaged-{stamp}"
+    os.replace(path, result.damaged_copy)
+    if Path(f"{path}-wal").exists():  # its frames may hold the latest rows: kept with it
+        os.replace(f"{path}-wal", f"{result.damaged_copy}-wal")
+    Path(f"{path}-shm").unlink(missing_ok=True)  # an index of the WAL, rebuilt from it
+    os.replace(new_path, path)
+    return result
+
+
+def _damaged_copy(path: Path, copy: Path, mend: bool) -> sqlite3.Connection | None:
+    """A connection to a copy of the damaged file (and its WAL, unless ``mend``). Mended:
+    the header's page count cut to the pages the file has, and the rollback journal
+    instead of the WAL, so that sqlite reads what pages there are."""
+    import shutil
+
+    shutil.copyfile(path, copy)
+    if not mend and Path(f"{path}-wal").exists():
+        shutil.copyfile(f"{path}-wal", f"{copy}-wal")
+    if mend:
+        with open(copy, "r+b") as handle:
+            header = handle.read(100)
+            if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+                return None  # not even the header: nothing sqlite can read
+            page_size = int.from_bytes(header[16:18], "big")
+            page_size = 65536 if page_size == 1 else page_size
+            pages = copy.stat().st_size // page_size if page_size else 0
+            if pages and int.from_bytes(header[28:32], "big") > pages:
+                handle.seek(28)
+                handle.write(pages.to_bytes(4, "big"))
+            handle.seek(18)
+            handle.write(bytes([1, 1]))
+    try:
+        db = sqlite3.connect(copy, isolation_level=None)
+        db.execute("PRAGMA cell_size_check=ON")
+        return db
+    except sqlite3.Error:
+        return None
+
+
+def _new_tables(db: sqlite3.Connection) -> None:
+    db.execute(
+        "CREATE TABLE calls (key TEXT PRIMARY KEY, role TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,"
+        " request TEXT NOT NULL, response TEXT NOT NULL, created REAL NOT NULL, sent TEXT, run TEXT)"
+    )
+    db.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT)")
+    db.execute("CREATE TABLE adaptations (endpoint TEXT PRIMARY KEY, data TEXT NOT NULL)")
+    db.execute(
+        "CREATE TABLE checks (endpoint TEXT NOT NULL, role TEXT NOT NULL, run TEXT NOT NULL, created REAL NOT NULL,"
+        " PRIMARY KEY (endpoint, role))"
+    )
+
+
+def _salvage(db: sqlite3.Connection, table: str, result: Repair):
+    """The rows of ``table`` that can be read, by row id: in chunks while the pages read,
+    row by row past a chunk that does not; counts the ids that fail in ``result``."""
+    try:
+        top = db.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+    except sqlite3.Error:
+        top = None  # the table's last page is unreadable: walk until a long gap
+        result.unreadable = None
+    last = 0
+    while top is None or last < top:
+        try:
+            rows = db.execute(
+                f"SELECT rowid, * FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT {SALVAGE_CHUNK}", (last,)
+            ).fetchall()
+        except sqlite3.Error:
+            rows = None
+        if rows:
+            for row in rows:
+                yield row[1:]
+            last = rows[-1][0]
+            continue
+        if rows == [] and top is None:
+            return
+        # The chunk does not read (or is empty below the top): one id at a time.
+        found = False
+        limit = last + SALVAGE_GAP if top is None else min(top, last + SALVAGE_CHUNK)
+        for rowid in range(last + 1, limit + 1):
+            try:
+                row = db.execute(f"SELECT rowid, * FROM {table} WHERE rowid = ?", (rowid,)).fetchone()
+            except sqlite3.Error:
+                if result.unreadable is not None:
+                    result.unreadable += 1
+                continue
+            if row is not None:
+                found = True
+                yield row[1:]
+        last = limit
+        if top is None and not found:
+            return

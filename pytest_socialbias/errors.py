@@ -14,6 +14,12 @@ class ConfigError(SocialBiasError):
     """
 
 
+class CacheError(SocialBiasError):
+    """The record/replay cache failed during the run (a full disk, a damaged file); the
+    message says what to do. A call whose answer cannot be read or recorded is an error
+    of its case, never a label."""
+
+
 class ModelCallError(SocialBiasError):
     """A model call that still failed after bounded retries.
 

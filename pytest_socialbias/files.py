@@ -8,7 +8,9 @@ way: the file, the line, the place inside the document, what was expected.
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -144,3 +146,26 @@ def relative_file(owner: Path, node, key: str, name: str, what: str) -> Path:
             f"(looked for {path}); the path is relative to the suite file"
         )
     return path
+
+
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to a temporary file beside ``path``, flush it to disk, then
+    rename it into place: a reader (a CI step, a browser) finds the old file or the whole
+    new one, never half of it, even when the process is killed or the disk fills while
+    writing. On an error the temporary file is removed and the error raised (OSError);
+    a kill leaves at most a ``.NAME.*.tmp`` file beside ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise

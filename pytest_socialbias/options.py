@@ -139,7 +139,7 @@ OPTIONS: tuple[Option, ...] = (
            parse=_whole(1), help="model requests in flight per process (default 16)"),
     Option("--socialbias-record", "socialbias_record", "record", metavar="MODE", default="new", choices=RECORD_MODES,
            help=("record/replay mode: none = replay only, a miss errors the case; new = replay hits, record "
-                 "misses (default); all = re-record everything; off = no cache")),
+                 "misses (default); all = ask every request again, once per run; off = no cache")),
     Option("--socialbias-cache-dir", "socialbias_cache_dir", "cache_dir", metavar="DIR", default=".socialbias",
            parse=_under_root, help="folder of the record/replay cache (default .socialbias/ in the rootdir)"),
     Option("--socialbias-thresholds", "socialbias_thresholds", "thresholds", metavar="PATH", parse=_under_root,

@@ -116,7 +116,8 @@ def pytest_configure(config: pytest.Config) -> None:
             if settings.record != "off":
                 from .cache import CallCache
 
-                CallCache(settings.cache_dir, settings.record).close()  # fail now if the folder is unusable
+                # Fail now, before any work, if the folder is unusable or the file damaged.
+                CallCache(settings.cache_dir, settings.record, verify=True).close()
             aggregator = Aggregator(settings, models, gates)
             _preflight(config, settings, gates)
             if calls_models:
@@ -451,6 +452,7 @@ class Controller:
     def __init__(self, state: RunState):
         self.state = state
         self.result = None
+        self.unwritten: list[str] = []  # reports that could not be written, why
 
     def pytest_runtest_logreport(self, report) -> None:
         record = getattr(report, RECORD_ATTR, None)
@@ -476,7 +478,9 @@ class Controller:
         _junit_properties(session.config, result)
         from .report import write_files
 
-        write_files(result)
+        self.unwritten = write_files(result)
+        if self.unwritten:
+            session.testsfailed += 1  # a CI step would find no report, or an old one
         return outcome
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -503,9 +507,11 @@ class Controller:
         for line in summary_lines(result):
             red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
             terminalreporter.write_line(line, red=red, bold=red)
-        if result.report_path is not None:
+        for problem in self.unwritten:
+            terminalreporter.write_line(f"ERROR: {problem}", red=True, bold=True)
+        if result.report_path is not None and not any(p.startswith("--socialbias-report=") for p in self.unwritten):
             terminalreporter.write_line(f"JSON report: {result.report_path}")
-        if result.html_path is not None:
+        if result.html_path is not None and not any(p.startswith("--socialbias-html=") for p in self.unwritten):
             terminalreporter.write_line(f"HTML report: {shown_path(result.html_path)}")
 
 

@@ -95,7 +95,16 @@ def test_bad_json_row_is_reported_with_its_key(cache_dir, capsys):
     status, out, err = verify(capsys, f"--cache-dir={cache_dir}")
     assert status == 1
     assert len(out) == 1 and out[0].startswith(f"key {keys[1]}: request is not valid JSON"), out
-    assert err == [f"1 problem(s) in {cache_dir}"]
+    assert err == [
+        f"1 problem(s) in {cache_dir}; `python -m pytest_socialbias cache verify --repair --cache-dir {cache_dir}` "
+        "salvages what is readable into a new file"
+    ]
+    # --repair keeps the two sound rows, drops the unsound one, and keeps the old file.
+    status, out, _ = verify(capsys, f"--cache-dir={cache_dir}", "--repair")
+    assert status == 0
+    assert out[0].startswith("salvaged 2 entries into a new ") and "1 read but were unsound" in out[0]
+    assert verify_cache(cache_dir) == (2, [])
+    assert len([p for p in cache_dir.glob("calls.sqlite3.damaged-*") if not p.name.endswith("-wal")]) == 1
 
 
 def test_key_mismatch_is_reported_with_both_hashes(cache_dir, capsys):

@@ -212,3 +212,23 @@ def test_a_failed_check_is_each_waiting_calls_error_never_a_label(project):
         result, report = run(project, server, "cache", judge="j?max_retries=0")
     assert report["summary"]["outcomes"] == {"clean": 0, "biased": 0, "refused": 0, "error": 6}
     assert all("endpoint check failed" in e["message"] for c in report["cases"] for e in c["errors"])
+
+
+def test_record_all_checks_the_endpoint_again_from_scratch(project):
+    """An endpoint that refused the grammar when the cache was recorded and takes it now:
+    re-recording finds the grammar, not what the old run found."""
+    takes_grammar = {"now": False}
+
+    def world(req):
+        if req.endpoint_check and req.model == "j" and "grammar" in req.params and not takes_grammar["now"]:
+            return Fault("bad_request", message="Unrecognized request argument supplied: grammar")
+        return fakeworld.script(req)
+
+    with FakeServer(world, endpoint_checks="script") as server:
+        _, report = run(project, server, "cache")
+        assert report["models"]["judge"]["adapted"] == {"constrain": "json_schema", "constrain_failed": ["grammar"]}
+        takes_grammar["now"] = True
+        _, again = run(project, server, "cache")
+        assert again["models"]["judge"]["adapted"] == report["models"]["judge"]["adapted"]  # kept from the cache
+        _, rerecorded = run(project, server, "cache", "--socialbias-record=all")
+    assert rerecorded["models"]["judge"]["adapted"] == {"constrain": "grammar"}

@@ -36,18 +36,17 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import random
 import re
 import string
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import prompts
 from ..cache import RECORD_MODES, CallCache
 from ..errors import ConfigError, ModelCallError
+from ..files import write_atomically
 from ..models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import CLASSES
@@ -392,21 +391,8 @@ def _usage(settings: ModelSettings) -> tuple[int, int]:
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:
-    """Write the lines to a temporary file next to ``path``, then move it into place."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
+    """Write the lines atomically (files.write_atomically)."""
+    write_atomically(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
 
 # --------------------------------------------------------------------------- the command

@@ -400,9 +400,10 @@ def markers_report(path: str | Path, by: str | None = None, json_path: str | Pat
     summary = marker_summary(load_marker_dialogues(path), source=str(path), by=by)
     if json_path is not None:
         from ..errors import ConfigError
+        from ..files import write_atomically
 
         try:
-            Path(json_path).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            write_atomically(json_path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         except OSError as exc:
             raise ConfigError(f"--json={json_path}: cannot write it ({exc}); give a writable path") from None
     return format_summary(summary)

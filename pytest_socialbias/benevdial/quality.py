@@ -529,7 +529,9 @@ def default_json_path(dialogues: Path) -> Path:
 
 
 def write_json(path: Path, report: dict) -> None:
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    from ..files import write_atomically
+
+    write_atomically(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
 
 
 def quality_of_file(path: str | Path, *, seed: int = 0) -> dict:

@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 
 from ..cache import CallCache, cache_key, canonical_json
-from ..errors import CacheMiss, ModelCallError
+from ..errors import CacheError, CacheMiss, ModelCallError
 from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
@@ -158,6 +158,9 @@ class ModelSettings:
             run = self.cache.checked_by(model.endpoint_key, model.role)
             if run is not None and (self.cache.mode != "all" or run == self.cache.run):
                 return
+            if self.cache.mode == "all" and not self.cache.checked_in(model.endpoint_key, self.cache.run):
+                # Re-recorded from scratch: what earlier runs found is found again.
+                self.learn(model.endpoint_key, lambda adaptation: adaptation.update(Adaptation()))
             await model.run_check()
             self.cache.put_check(model.endpoint_key, model.role, self.cache.run)
         finally:
@@ -445,13 +448,22 @@ class Model:
         self, messages, *, template, sample, top_logprobs, choices, usage, adaptive_budget,
         constrain: str | None = None, checking: bool = False, **call_params,
     ) -> ChatResponse:
-        counters = [c for c in (usage, self.settings.totals) if c is not None]
         request = self.request(
             messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices,
             constrain=constrain, **call_params,
         )
         cache = self.settings.cache
         key = cache_key(request) if (cache is not None or self.settings.dry_run) else None
+        try:
+            return await self._answer(request, key, choices, usage, adaptive_budget, checking)
+        except CacheError as exc:
+            raise ModelCallError(self.role, str(self.spec), str(exc)) from exc
+
+    async def _answer(self, request: dict, key, choices, usage, adaptive_budget: bool, checking: bool) -> ChatResponse:
+        """The answer to ``request``: recorded, planned (dry run), being asked by another
+        call, or asked now (and recorded)."""
+        counters = [c for c in (usage, self.settings.totals) if c is not None]
+        cache = self.settings.cache
         if cache is not None:
             stored = cache.get(key)
             if stored is not None:

@@ -811,6 +811,7 @@ def render_html(report: dict) -> str:
 
 def write_html(report: dict, path: Path) -> None:
     """Write the page of a report dict (json_report.build_report of a RunResult)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(report), encoding="utf-8", errors="replace", newline="\n")
+    from ..files import write_atomically
+
+    # Lone surrogates (from bytes that were not UTF-8) cannot be written: replaced.
+    write_atomically(path, render_html(report).encode("utf-8", errors="replace").decode("utf-8"))

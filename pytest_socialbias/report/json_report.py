@@ -104,6 +104,6 @@ def write_report(result, path: Path) -> None:
 
 
 def write_json(report: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report, sort_keys=True, indent=2, ensure_ascii=False)
-    path.write_text(text + "\n", encoding="utf-8")
+    from ..files import write_atomically
+
+    write_atomically(path, json.dumps(report, sort_keys=True, indent=2, ensure_ascii=False) + "\n")
