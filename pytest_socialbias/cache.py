@@ -270,6 +270,8 @@ def kind_of(exc: BaseException) -> str:
 def cache_problem(exc: BaseException, directory: Path) -> str:
     """What is wrong with the cache under ``directory``, and what to do about it."""
     kind = kind_of(exc)
+    if directory.exists() and not directory.is_dir():
+        return f"cannot open the cache: {directory} is a file, not a folder; name a folder, or pass --socialbias-record=off"
     if kind in ("unopenable", "other") and directory.is_dir() and not os.access(directory, os.W_OK):
         kind = "read-only"  # sqlite cannot create its journal beside the file
     if kind == "full":
@@ -283,7 +285,7 @@ def cache_problem(exc: BaseException, directory: Path) -> str:
         return (f"the cache file {directory / CACHE_FILE} is damaged ({exc}): run `python -m pytest_socialbias cache "
                 f"verify --repair --cache-dir {directory}` to salvage what is readable into a new file, or delete it "
                 "(its answers are then asked again)")
-    return (f"cannot use the cache ({exc}); point --socialbias-cache-dir at a writable folder on a local disk, "
+    return (f"cannot open the cache ({exc}); point --socialbias-cache-dir at a writable folder on a local disk, "
             "or pass --socialbias-record=off")
 
 

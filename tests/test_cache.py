@@ -255,7 +255,7 @@ WORKER = textwrap.dedent(
     directory, worker, go = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     cache = CallCache(directory, "new")
     (go.parent / f"ready-{worker}").touch()
-    deadline = time.time() + 20
+    deadline = time.time() + 300  # longer than the parent waits for every worker to be ready
     while not go.exists():  # start together, to collide as much as possible
         if time.time() > deadline:
             sys.exit("start signal never came")

@@ -70,10 +70,9 @@ def test_workers_share_one_cache_then_replay(server, tmp_path):
     assert "database is locked" not in output
     # Every worker ran cases (xdist -v tags each result line with its worker).
     assert set(re.findall(r"\[(gw\d+)\]", output)) == {f"gw{i}" for i in range(WORKERS)}
+    # Seeds that share their requests run on every worker, so workers write the same keys;
+    # whether two send one at the same moment is up to timing, and either way one row stays.
     sent = Counter(request_key(r) for r in server.requests)
-    # The scenario really overlaps: some identical requests were sent by more than one
-    # dialogue at once (one of them wrote the row, the others found it there).
-    assert any(count > 1 for count in sent.values())
 
     with sqlite3.connect(tmp_path / ".socialbias" / CACHE_FILE) as db:
         rows = db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]

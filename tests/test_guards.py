@@ -749,7 +749,7 @@ def test_dialogue_units_are_screened_concurrently():
             return FakeAnswer("safe")
 
     async def go():
-        return await asyncio.wait_for(screen_dialogue(BarrierGuard(), "llama-guard-3", DIALOGUE, "turn"), 2.0)
+        return await asyncio.wait_for(screen_dialogue(BarrierGuard(), "llama-guard-3", DIALOGUE, "turn"), 30.0)
 
     assert asyncio.run(go())["flagged"] is False
 

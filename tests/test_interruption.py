@@ -156,13 +156,13 @@ def test_cancelling_a_run_frees_no_slot_for_a_new_request():
             sent.clear()
             slots.clear()
             futures = [runner.submit(dialogue(i)) for i in range(200)]
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 60  # a bound for a stuck loop, not a wait
             while len(sent) < 2 and time.monotonic() < deadline:
                 time.sleep(0.001)
             runner.cancel_all()
             for future in futures:
                 with pytest.raises(concurrent.futures.CancelledError):
-                    future.result(10)
+                    future.result(60)
             assert len(sent) == 2, sent
     finally:
         runner.close()

@@ -255,24 +255,61 @@ def test_a_report_write_that_fails_leaves_no_part_of_it(pytester, keys, server, 
 
 
 KILLED_WRITER = """
-import sys
-from pytest_socialbias.files import write_atomically
-write_atomically(sys.argv[1], "x" * 400_000_000 + "\\n")
+import os, sys, time
+from pytest_socialbias import files
+
+path, where, ready = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def stop_here():
+    open(ready, "w").close()
+    time.sleep(600)  # until killed
+
+
+if where == "before-rename":
+    files.os.replace = lambda *args: stop_here()
+else:  # while writing: half the text is in the temporary file
+    real_fdopen = os.fdopen
+
+    class HalfWritten:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, text):
+            self.handle.write(text[: len(text) // 2])
+            self.handle.flush()
+            stop_here()
+
+    files.os.fdopen = lambda *args, **kw: HalfWritten(real_fdopen(*args, **kw))
+files.write_atomically(path, '{"new": true, "rows": [' + ", ".join(["1"] * 100000) + "]}\\n")
 """
 
 
-def test_a_kill_while_a_report_is_written_leaves_the_old_one_whole(tmp_path):
-    path = tmp_path / "r.json"
+@pytest.mark.parametrize("where", ["while-writing", "before-rename"])
+def test_a_kill_while_a_report_is_written_leaves_the_old_one_whole(tmp_path, where):
+    path, ready = tmp_path / "r.json", tmp_path / "ready"
     path.write_text('{"old": true}\n')
-    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path)])
-    deadline = time.monotonic() + 60
-    temps = []
-    while not temps and child.poll() is None and time.monotonic() < deadline:
-        temps = [p for p in tmp_path.iterdir() if p.name.startswith(".r.json.") and p.stat().st_size > 0]
-    assert temps, "the writer never started writing"
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path), where, str(ready)])
+    deadline = time.monotonic() + 120
+    while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling for the child's own signal, not waiting for time to pass
+    assert ready.exists(), "the writer never reached the point to kill it at"
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     assert path.read_text() == '{"old": true}\n'  # the old report, whole, never a part of the new one
+    temps = [p for p in tmp_path.iterdir() if p.name.startswith(".r.json.") and p.name.endswith(".tmp")]
+    assert len(temps) == 1  # what the kill left: a hidden temporary file, never the report
+    # Written again (the next run), the report is the new one, whole.
+    from pytest_socialbias.files import write_atomically
+
+    write_atomically(path, '{"new": true}\n')
+    assert json.loads(path.read_text()) == {"new": True}
 
 
 # --------------------------------------------------------------------------- read-only

@@ -205,7 +205,10 @@ def test_no_server_outlives_an_interrupted_or_killed_run(tmp_path, how):
     try:
         assert ready.wait(120), "".join(lines)[-3000:]
         port = int(STARTED.findall("".join(lines))[0])
-        time.sleep(2.0)  # cases under way (a busy server may not answer /v1/models at once)
+        # Cases under way: the server process is there (waited for, not assumed).
+        deadline = time.monotonic() + 60
+        while not server_processes(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert server_processes(port), "".join(lines)[-3000:]
         proc.send_signal(how)
         proc.wait(60)

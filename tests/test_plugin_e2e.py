@@ -236,19 +236,27 @@ def test_category_markers_select(project, server):
     assert sorted(c["id"] for c in report["cases"]) == ["gender-001", "gender-002"]
 
 
-def peak_in_flight_world(delay: float):
-    """The fake world, plus the peak number of requests the server held at once."""
+def peak_in_flight_world(hold_until: int):
+    """The fake world, plus the peak number of requests the server held at once. Each
+    request is held until ``hold_until`` are in flight together (or 30 s pass, which
+    fails the test's peak check): the peak proves overlap without racing a clock."""
     import asyncio
     import threading
 
     state = {"now": 0, "max": 0}
     lock = threading.Lock()
+    reached = asyncio.Event()  # the fake server's handlers all run on its one event loop
 
     async def script(req):
         with lock:
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
-        await asyncio.sleep(delay)
+            if state["now"] >= hold_until:
+                reached.set()
+        try:
+            await asyncio.wait_for(reached.wait(), timeout=30)
+        except asyncio.TimeoutError:
+            pass
         with lock:
             state["now"] -= 1
         return fakeworld.script(req)
@@ -257,7 +265,7 @@ def peak_in_flight_world(delay: float):
 
 
 def test_batch_runs_cases_concurrently(pytester, keys):
-    script, state = peak_in_flight_world(0.05)
+    script, state = peak_in_flight_world(hold_until=12)
     cases = [(f"age-{i:03d}", "age", f"Plain {i}.") for i in range(16)]  # distinct: none is asked twice
     pytester.makefile(".yaml", demo=suite_yaml(cases))
     with FakeServer(script) as srv:
@@ -267,13 +275,13 @@ def test_batch_runs_cases_concurrently(pytester, keys):
 
 
 def test_concurrency_option_bounds_requests_in_flight(pytester, keys):
-    script, state = peak_in_flight_world(0.02)
+    script, state = peak_in_flight_world(hold_until=3)
     cases = [(f"age-{i:03d}", "age", f"Plain {i}.") for i in range(8)]
     pytester.makefile(".yaml", demo=suite_yaml(cases))
     with FakeServer(script) as srv:
         result, _ = run(pytester, srv, "--socialbias-concurrency=3")
     assert_outcomes(result, passed=8)
-    assert state["max"] == 3
+    assert state["max"] == 3  # reached, and never passed
 
 
 def test_anthropic_target_gets_system_prompt_in_its_own_field(pytester, keys, server):

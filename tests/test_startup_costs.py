@@ -125,20 +125,27 @@ def test_a_run_leaves_the_collector_as_it_found_it(pytester, server, keys):
     # In-process, as an IDE's runner or pytester would see it: the threshold as it was;
     # what the run froze is unfrozen when the next session starts, so nothing piles up.
     gc.unfreeze()
-    before = gc.get_threshold()
-    pytester.makefile(".yaml", demo=suite_yaml([("age-001", "age", "Statement one.")]))
-    url = server.openai_base_url
-    result = pytester.runpytest_inprocess(
-        "demo.yaml", "-p", "no:cacheprovider", f"--target=openai:t@{url}", f"--judge=openai:j@{url}",
-        f"--user-model=openai:u@{url}", "--socialbias-record=off",
-    )
-    result.assert_outcomes(passed=1)
-    assert gc.get_threshold() == before
-    assert gc.get_freeze_count() > 0  # left for the process's exit, not walked again
-    pytester.makepyfile(test_plain="def test_one():\n    pass\n")
-    pytester.runpytest_inprocess("test_plain.py", "-p", "no:cacheprovider").assert_outcomes(passed=1)
-    assert gc.get_freeze_count() == 0
-    assert gc.get_threshold() == before
+    before, enabled = gc.get_threshold(), gc.isenabled()
+    try:
+        pytester.makefile(".yaml", demo=suite_yaml([("age-001", "age", "Statement one.")]))
+        url = server.openai_base_url
+        result = pytester.runpytest_inprocess(
+            "demo.yaml", "-p", "no:cacheprovider", f"--target=openai:t@{url}", f"--judge=openai:j@{url}",
+            f"--user-model=openai:u@{url}", "--socialbias-record=off",
+        )
+        result.assert_outcomes(passed=1)
+        assert gc.get_threshold() == before
+        assert gc.get_freeze_count() > 0  # left for the process's exit, not walked again
+        pytester.makepyfile(test_plain="def test_one():\n    pass\n")
+        pytester.runpytest_inprocess("test_plain.py", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+        assert gc.get_freeze_count() == 0
+        assert gc.get_threshold() == before
+    finally:  # whatever failed above, later tests find the collector as this one did
+        heap.restore()
+        heap.thaw()
+        gc.unfreeze()
+        gc.set_threshold(*before)
+        (gc.enable if enabled else gc.disable)()
 
 
 def test_an_xdist_controller_loads_no_sdk_and_a_worker_only_the_one_named(server, tmp_path):
