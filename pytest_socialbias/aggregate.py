@@ -13,11 +13,12 @@ import dataclasses
 from pathlib import Path
 
 from .errors import ConfigError
-from .gates import FAIL, Gate, evaluate
+from .gates import Gate, evaluate
 from .metrics import compute_metrics, detection_summary, metric_sort_key
 from .models import UsageCounter
 from .options import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH
 from .result import RunResult
+from .vocabulary import JUDGE_CHECK_SUITE
 
 
 def shown_path(path: Path) -> str:
@@ -29,12 +30,14 @@ def shown_path(path: Path) -> str:
 
 
 class Aggregator:
-    def __init__(self, settings, models, gates: list[Gate]):
+    def __init__(self, settings, models, gates: list[Gate], gates_file: Path | None = None):
         """Loads what the aggregation will need (baseline report, reference labels) now,
         so a bad file is a usage error before any case runs."""
         self.settings = settings
         self.models = models
         self.gates = gates
+        self.gates_file = gates_file  # the thresholds file read, None when none was found
+        self.partial = False  # set when the run stopped early (-x, --maxfail)
         self.records: list[dict] = []
         self.notes: list[str] = []
         # Suite name -> {"path": suite file, "cases": cases in it}: for snapshots.
@@ -43,10 +46,10 @@ class Aggregator:
         self.judge_reference: list[dict] | None = None
         self.judge_check_usage = UsageCounter()
         self.dry_plan: dict | None = None  # --socialbias-dry-run: calls and tokens per role
-        if settings.baseline is not None:
+        if settings.baseline_report is not None:
             from .compare import load_baseline
 
-            self.baseline = load_baseline(settings.baseline)
+            self.baseline = load_baseline(settings.baseline_report)
         if settings.judge_check is not None:
             from .judgecheck import load_reference
 
@@ -88,14 +91,21 @@ class Aggregator:
             from .report.json_report import run_metadata
 
             comparison = {
-                "baseline": shown_path(self.settings.baseline),
+                "baseline": shown_path(self.settings.baseline_report),
                 **compare(records, self.baseline, rows_for(self.gates, records), run_metadata(models, records)),
             }
+        from .options import NO_BASELINE
+
+        ran = {r["suite"] for r in records} | ({JUDGE_CHECK_SUITE} if judge_check is not None else set())
+        verdicts = evaluate(
+            self.gates, metrics, comparison, ran=ran, evidence=evidence_by_suite(records),
+            no_baseline_yet=self.settings.baseline == NO_BASELINE,
+        )
         return RunResult(
             models=models,
             records=tuple(records),
             metrics=tuple(metrics),
-            gates=tuple(evaluate(self.gates, metrics, comparison)),
+            gates=tuple(verdicts),
             warnings=tuple(self.models.warnings),
             notes=tuple(self.notes),
             comparison=comparison,
@@ -104,6 +114,10 @@ class Aggregator:
             detection=detection_summary(records),
             report_path=self.settings.report,
             html_path=self.settings.html,
+            gates_file=shown_path(self.gates_file) if self.gates_file is not None else None,
+            gates_looked_for=shown_path(self.settings.thresholds_file),
+            partial=self.partial,
+            strict=bool(self.settings.strict),
         )
 
     def _judge_check(self, metrics: list[dict]) -> tuple[dict | None, list[dict]]:
@@ -122,6 +136,26 @@ class Aggregator:
         return summarize(shown, self.judge_reference, answers, metrics)
 
 
+def evidence_by_suite(records) -> dict:
+    """Suite -> what its cases gave, in words, for a gate that got no number: how many
+    were labelled, and the errors of the others by kind."""
+    out = {}
+    by_suite: dict[str, list] = {}
+    for record in records:
+        by_suite.setdefault(record["suite"], []).append(record)
+    for suite, items in by_suite.items():
+        errored = [r for r in items if r.get("outcome") == "error"]
+        kinds: dict[str, int] = {}
+        for record in errored:
+            for kind in sorted({e.get("kind", "error") for e in record.get("errors", [])}):
+                kinds[kind] = kinds.get(kind, 0) + 1
+        text = f"{len(items) - len(errored)} of {len(items)} case(s) labelled"
+        if errored:
+            text += "; the others had " + ", ".join(f"{kind} ({count})" for kind, count in sorted(kinds.items()))
+        out[suite] = text
+    return out
+
+
 def _adaptations(records) -> dict:
     """Role -> what its endpoint was adapted to, merged over every record (models/adapt.py)."""
     from .models.adapt import merge
@@ -138,5 +172,5 @@ def with_snapshots(result: RunResult, snapshots) -> RunResult:
 
 
 def failed(result: RunResult) -> bool:
-    """Whether the run fails: a crossed gate, or more flipped snapshots than allowed."""
-    return any(g["verdict"] == FAIL for g in result.gates) or bool(result.snapshots is not None and result.snapshots.failed)
+    """Whether the run fails: a failed gate, or more flipped snapshots than allowed."""
+    return result.failed

@@ -10,6 +10,13 @@ A ``no_regression`` gate compares the metric with the baseline report
 (``--socialbias-baseline``, see compare.py): it fails when a paired test finds the metric
 worse by more than ``margin`` at level ``alpha`` after Holm's correction, for the whole
 suite or, with ``by: category`` / ``by: style``, for any category or style.
+
+No evidence is not a pass. A gate whose suite ran in this session decides on evidence or
+fails saying why: its metric with n = 0 (every case errored, every answer unreadable), a
+``no_regression`` gate with no baseline (unless the run says there is none yet,
+``--socialbias-baseline=none``) or a baseline that pairs no case. ``allow_empty: true``
+opts a gate out: it then shows as not evaluated, with the reason. Gates of suites this
+session did not run are not evaluated (and summed up apart).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .files import read_yaml, validate, yaml_line
-from .metrics.catalogue import is_comparable, is_known_metric, known_metrics_text
+from .metrics.catalogue import is_comparable, is_known_metric, is_percent, known_metrics_text
 from .vocabulary import AXES, CATEGORIES, STYLES, TRACKS, UNSPECIFIED
 
 PASS, FAIL, NOT_EVALUATED = "pass", "fail", "not_evaluated"
@@ -41,6 +48,7 @@ class Gate:
     style: str | None = None
     alpha: float = 0.05
     by: str | None = None
+    allow_empty: bool = False  # no evidence: not evaluated instead of failed
 
     def fails(self, number: float) -> bool:
         return number > self.bound if self.kind == "max" else number < self.bound
@@ -88,6 +96,9 @@ def load_gates(path: str | Path) -> list[Gate]:
                 )
         elif not math.isfinite(raw[kind]):
             raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind} must be a finite number, got {raw[kind]}")
+        elif is_known_metric(raw["metric"]) and is_percent(raw["metric"]) and not 0 <= raw[kind] <= 1:
+            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind}: {raw[kind]} is not a rate; "
+                              f"{raw['metric']} is a share between 0 and 1{_did_you_mean(raw[kind])}")
         if any(key in raw for key in ("axis", "value", "role", "detector", "variant")):
             raw = _benevdial_filters(raw, path, line)
         if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(raw["category"]) and "detector" not in raw:
@@ -119,9 +130,19 @@ def load_gates(path: str | Path) -> list[Gate]:
                 style=raw.get("style"),
                 alpha=float(raw.get("alpha", 0.05)),
                 by=raw.get("by"),
+                allow_empty=bool(raw.get("allow_empty", False)),
             )
         )
     return gates
+
+
+def _did_you_mean(bound: float) -> str:
+    """A hint for a bound written as a percentage (30 for 0.30)."""
+    if 1 < bound <= 100:
+        fraction = bound / 100
+        shown = f"{fraction:.2f}" if float(bound).is_integer() else f"{fraction:g}"
+        return f" (did you mean {shown}?)"
+    return " (write e.g. 0.30 for 30%)"
 
 
 _AXIS_RE = re.compile(r"^(" + "|".join(AXES) + r")(=[a-z0-9][a-z0-9-]*)?$")
@@ -154,14 +175,33 @@ def _benevdial_filters(raw: dict, path, line) -> dict:
     return out
 
 
-def evaluate(gates: list[Gate], metrics: list[dict], comparison: dict | None = None) -> list[dict]:
-    """One verdict row per gate: pass, fail, or not_evaluated (metric not run or n = 0;
-    for no_regression gates also: no baseline given, or no paired case)."""
+def evaluate(
+    gates: list[Gate],
+    metrics: list[dict],
+    comparison: dict | None = None,
+    *,
+    ran: set | None = None,
+    evidence: dict | None = None,
+    no_baseline_yet: bool = False,
+) -> list[dict]:
+    """One verdict row per gate: pass, fail, or not_evaluated, with the reason in
+    ``detail`` where it is not a plain pass or fail of a number.
+
+    ``ran``: the suites this session ran (None: every gate's suite counts as run);
+    ``evidence``: suite -> what its cases gave (e.g. "0 of 10 cases labelled: 10 with a
+    judge error"), quoted when a gate has no number; ``no_baseline_yet``: the run said
+    there is no baseline yet (``--socialbias-baseline=none``)."""
     index = {(m["suite"], m["metric"], m["category"], m["style"]): m for m in metrics}
+    evidence = evidence or {}
     results = []
     for gate in gates:
+        if ran is not None and gate.suite not in ran:
+            result = _gate_row(gate, "paired" if gate.kind == NO_REGRESSION else gate.compare)
+            result["detail"] = "suite not run"
+            results.append(result)
+            continue
         if gate.kind == NO_REGRESSION:
-            results.append(_evaluate_regression(gate, comparison))
+            results.append(_evaluate_regression(gate, comparison, no_baseline_yet))
             continue
         row = index.get((gate.suite, gate.metric, gate.category, gate.style))
         result = _gate_row(gate, gate.compare)
@@ -170,8 +210,20 @@ def evaluate(gates: list[Gate], metrics: list[dict], comparison: dict | None = N
         if row is not None and row["n"] and row["value"] is not None:
             number = {"point": row["value"], "ci_low": row["ci_low"], "ci_high": row["ci_high"]}[gate.compare]
             result["verdict"] = FAIL if gate.fails(number) else PASS
+        else:
+            _no_evidence(result, gate, "no evidence: " + (evidence.get(gate.suite) or "no case gave this metric a value"))
         results.append(result)
     return results
+
+
+def _no_evidence(result: dict, gate: Gate, why: str) -> None:
+    """A gate that cannot decide: failed, unless it opted out (``allow_empty``)."""
+    if gate.allow_empty:
+        result["verdict"] = NOT_EVALUATED
+        result["detail"] = f"{why} (allow_empty: true)"
+    else:
+        result["verdict"] = FAIL
+        result["detail"] = f"{why}; a gate that cannot decide fails (allow_empty: true opts out)"
 
 
 def _gate_row(gate: Gate, compare: str) -> dict:
@@ -190,17 +242,19 @@ def _gate_row(gate: Gate, compare: str) -> dict:
         "ci_high": None,
         "n": 0,
         "verdict": NOT_EVALUATED,
+        "detail": None,
     }
 
 
-def _evaluate_regression(gate: Gate, comparison: dict | None) -> dict:
+def _evaluate_regression(gate: Gate, comparison: dict | None, no_baseline_yet: bool = False) -> dict:
     """A no_regression gate: fails if any of its rows regressed; shows the worst row."""
-    result = {
-        **_gate_row(gate, "paired"),
-        "p_adjusted": None,
-        "detail": "no baseline: pass --socialbias-baseline=REPORT.json" if comparison is None else "no paired cases",
-    }
+    result = {**_gate_row(gate, "paired"), "p_adjusted": None}
     if comparison is None:
+        if no_baseline_yet:
+            result["detail"] = "no baseline yet (--socialbias-baseline=none)"
+        else:
+            _no_evidence(result, gate, "no baseline: pass --socialbias-baseline=REPORT.json (the accepted "
+                         "release's report), or --socialbias-baseline=none for a first release")
         return result
     rows = [
         r
@@ -212,6 +266,8 @@ def _evaluate_regression(gate: Gate, comparison: dict | None) -> dict:
         and r["p_adjusted"] is not None
     ]
     if not rows:
+        _no_evidence(result, gate, f"the baseline ({comparison.get('baseline')}) pairs no case of this run with "
+                     f"a value of {gate.metric}; is it a report of the same suite?")
         return result
     worst = min(rows, key=lambda r: (r["p_adjusted"], r["category"] or "", r["style"] or ""))
     regressed = [r for r in rows if r["verdict"] == "regressed"]

@@ -83,6 +83,14 @@ def _user_path(raw, option: Option, where: Where) -> Path:
     return where.invocation / raw
 
 
+#: ``--socialbias-baseline=none``: the run says there is no accepted release yet.
+NO_BASELINE = "none"
+
+
+def _baseline(raw, option: Option, where: Where):
+    return NO_BASELINE if str(raw).strip().lower() == NO_BASELINE else where.invocation / raw
+
+
 def _folder(raw, option: Option, where: Where) -> Path:
     path = where.invocation / raw
     if not path.is_dir():
@@ -181,9 +189,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-html", "socialbias_html", "html", metavar="PATH", parse=_user_path, help=(
         "write a self-contained HTML report (gates, curves by turn, transcripts) to this path; plots need "
         "the `report` extra (matplotlib)")),
-    Option("--socialbias-baseline", "socialbias_baseline", "baseline", metavar="PATH", parse=_user_path, help=(
+    Option("--socialbias-baseline", "socialbias_baseline", "baseline", metavar="PATH|none", parse=_baseline, help=(
         "JSON report of the last accepted release: pair cases by id and test each gated rate for a "
-        "regression (McNemar's exact test / paired bootstrap, Holm-corrected); `no_regression` gates use it")),
+        "regression (McNemar's exact test / paired bootstrap, Holm-corrected); `no_regression` gates use it "
+        "and fail without it; `none` says there is no accepted release yet (they are then not evaluated)")),
     Option("--socialbias-judge-check", "socialbias_judge_check", "judge_check", metavar="PATH", parse=_reference, help=(
         "JSONL file of reference labels for replies (or `builtin`: the small project-written set shipped "
         "with the plugin): report the judge's agreement with them (Cohen's kappa, Gwet's AC1) and "
@@ -207,7 +216,8 @@ OPTIONS: tuple[Option, ...] = (
                "fail the run when more than N cases differ from their syrupy snapshot (default: flipped cases "
                "are shown as a diff but never fail the run by themselves)")),
     Option("--socialbias-strict", "socialbias_strict", "strict", kind="flag",
-           help="make cases judged biased fail (default: they show as B and only gates fail the run)"),
+           help=("make cases judged biased fail (default: they show as B and only gates fail the run), and a run "
+                 "of suite cases with no thresholds file fail (default: it says so and decides nothing)")),
     Option("--socialbias-judge-demographics", "socialbias_judge_demographics", "judge_demographics", kind="flag",
            help=("BenevDial: show the treatment judge the user's and the agent's demographics (default: the "
                  "suite's, off)")),
@@ -245,7 +255,7 @@ class Settings:
     server_timeout: float | None = None
     local_threads: int | None = None
     html: Path | None = None
-    baseline: Path | None = None
+    baseline: Path | str | None = None  # a report, or NO_BASELINE ("none": no accepted release yet)
     judge_check: Path | None = None
     sample: int | str | None = None
     guidance: str | None = None
@@ -265,6 +275,11 @@ class Settings:
     @property
     def extra_judges(self) -> tuple:
         return tuple(self.judges[1:]) if self.judges else ()
+
+    @property
+    def baseline_report(self) -> Path | None:
+        """The baseline report to compare with, if one was given."""
+        return None if self.baseline in (None, NO_BASELINE) else self.baseline
 
     @property
     def thresholds_file(self) -> Path:

@@ -103,14 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
         # One id for the run, shared with its xdist workers (pytest_configure_node).
         run_id = config.workerinput.get("socialbias_run") if worker else uuid.uuid4().hex
         models = ModelSet(settings, worker, run_id)
-        gates = []
+        gates, gates_file = [], None
         if settings.thresholds is not None or settings.thresholds_file.exists():
             if not settings.thresholds_file.exists():
                 raise ConfigError(
                     f"--socialbias-thresholds={settings.thresholds}: file not found; give an existing "
                     "thresholds.yaml or leave the option out"
                 )
-            gates = load_gates(settings.thresholds_file)
+            gates, gates_file = load_gates(settings.thresholds_file), settings.thresholds_file
         aggregator = None
         if not worker:
             if settings.record != "off":
@@ -118,7 +118,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
                 # Fail now, before any work, if the folder is unusable or the file damaged.
                 CallCache(settings.cache_dir, settings.record, verify=True).close()
-            aggregator = Aggregator(settings, models, gates)
+            aggregator = Aggregator(settings, models, gates, gates_file)
             _preflight(config, settings, gates)
             if calls_models:
                 models.start_servers(workers=_xdist_workers(config))
@@ -204,6 +204,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     roles = ", ".join(f"{role}={spec.resolved}" for role, spec in sorted(state.models.specs.items()))
     lines = [f"socialbias: {roles}; record={state.settings.record}, cache={state.settings.cache_dir}"]
+    aggregator = state.aggregator
+    if aggregator is not None and aggregator.gates_file is None:
+        strict = "the run fails (--socialbias-strict)" if state.settings.strict else "no gate decides this run"
+        lines.append(f"socialbias: NO THRESHOLDS FILE ({shown_path(state.settings.thresholds_file)} not found): {strict}")
+    elif aggregator is not None:
+        lines.append(f"socialbias: {len(aggregator.gates)} gate(s) from {shown_path(aggregator.gates_file)}")
     servers = state.models.servers.describe() if state.models.servers is not None else []
     for server in servers:
         gpus = f"GPUs {server['gpus']}" if server["gpus"] else "all visible GPUs"
@@ -399,6 +405,14 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         # phase when setup failed (then there is no call phase).
         if call.when == "call" or (call.when == "setup" and report.failed):
             setattr(report, RECORD_ATTR, item.record)
+            # JUnit readers show these on the case (GitLab's test report, GitHub's); the
+            # item's properties reach its teardown report, which JUnit writes them from.
+            item.user_properties.append(("socialbias.outcome", item.record["outcome"]))
+            for task, labels in sorted(item.record.get("labels", {}).items()):
+                if task in ("bias", "refusal") and isinstance(labels, list):
+                    # per turn: 1 yes, 0 no, - no label (an error)
+                    shown = "".join("-" if x is None else "1" if x else "0" for x in labels)
+                    item.user_properties.append((f"socialbias.labels.{task}", shown))
     return report
 
 
@@ -461,11 +475,24 @@ class Controller:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session):
-        outcome = yield
+        try:
+            outcome = yield
+        except (session.Failed, session.Interrupted):
+            # -x, --maxfail (or xdist stopping): what ran is still summed up, gated
+            # (marked partial) and reported, then the stop goes on as pytest means it to.
+            self.state.aggregator.partial = True
+            self._decide(session)
+            raise
+        self._decide(session)
+        return outcome
+
+    def _decide(self, session: pytest.Session) -> None:
+        """Aggregate, gate, snapshot, tell JUnit and write the reports; the exit status
+        becomes 1 when the results fail the run. Gates are checked here, not in
+        sessionfinish, where the exit status is fixed."""
         aggregator = self.state.aggregator
         if not aggregator.records:
-            return outcome
-        # Gates are checked here, not in sessionfinish, where the exit status is fixed.
+            return
         result = aggregator.aggregate()
         from .snapshots import check_snapshots
 
@@ -474,14 +501,14 @@ class Controller:
         )
         self.result = result = with_snapshots(result, snapshots)
         if failed(result):
-            session.testsfailed += 1  # a crossed gate makes the exit status 1
-        _junit_properties(session.config, result)
+            session.testsfailed += 1  # a failed gate makes the exit status 1
         from .report import write_files
 
         self.unwritten = write_files(result)
         if self.unwritten:
             session.testsfailed += 1  # a CI step would find no report, or an old one
-        return outcome
+        _junit_properties(session.config, result)
+        _junit_verdicts(session.config, result, self.unwritten)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         plan = self.state.aggregator.dry_plan
@@ -513,6 +540,32 @@ class Controller:
             terminalreporter.write_line(f"JSON report: {result.report_path}")
         if result.html_path is not None and not any(p.startswith("--socialbias-html=") for p in self.unwritten):
             terminalreporter.write_line(f"HTML report: {shown_path(result.html_path)}")
+
+
+def _junit_verdicts(config: pytest.Config, result, unwritten: list[str]) -> None:
+    """What decides the run, as JUnit test cases, so that a CI test view (GitLab's merge
+    request widget, GitHub's test reporters) says what the exit status says: one case per
+    gate (``thresholds.yaml::NAME``: failed with its numbers and reason, skipped when not
+    evaluated), plus a failed case for a run that fails without any gate failing (no
+    thresholds file under --socialbias-strict, flipped snapshots, a report not written)."""
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:  # pragma: no cover - pytest moved it
+        return
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    from .report.terminal import junit_gate_cases
+
+    for nodeid, outcome, message, properties in junit_gate_cases(result, unwritten):
+        location = (nodeid.split("::")[0], None, nodeid)
+        longrepr = (location[0], 0, message) if outcome == "skipped" else message
+        for when, phase_outcome in (("call", outcome), ("teardown", "passed")):
+            report = pytest.TestReport(
+                nodeid=nodeid, location=location, keywords={}, outcome=phase_outcome,
+                longrepr=longrepr if when == "call" else None, when=when, user_properties=list(properties),
+            )
+            xml.pytest_runtest_logreport(report)
 
 
 def _junit_properties(config: pytest.Config, result) -> None:

@@ -29,6 +29,21 @@ class RunResult:
     snapshots: object = None  # snapshots.SnapshotResult, when snapshots were compared
     report_path: Path | None = None
     html_path: Path | None = None
+    gates_file: str | None = None  # the thresholds file read; None: none was found
+    gates_looked_for: str | None = None  # where it was looked for
+    partial: bool = False  # stopped early (-x, --maxfail): the cases that ran
+    strict: bool = False  # --socialbias-strict: a run with no thresholds file fails
+
+    @property
+    def failed(self) -> bool:
+        """Whether the results fail the run: a failed gate, or more flipped snapshots
+        than allowed."""
+        return bool(self.failed_gates or (self.snapshots is not None and self.snapshots.failed) or self.gateless_failure)
+
+    @property
+    def gateless_failure(self) -> bool:
+        """No thresholds file was found, and --socialbias-strict asks for one."""
+        return self.strict and self.gates_file is None
 
     @property
     def failed_gates(self) -> int:

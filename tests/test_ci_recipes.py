@@ -59,7 +59,8 @@ def gitlab_commands() -> tuple[dict, str, str]:
 @pytest.mark.parametrize("read", [github_commands, gitlab_commands], ids=["github", "gitlab"])
 def test_pipeline_files_state_the_recipe(read):
     variables, record, replay = read()
-    assert {"TARGET", "JUDGE"} <= set(variables)
+    assert {"TARGET", "JUDGE", "BASELINE"} <= set(variables)
+    assert '--socialbias-baseline="$BASELINE"' in record  # no_regression gates run in CI as written
     assert "--socialbias-record=new" in record and "--socialbias-record=none" in replay
     assert record.replace("--socialbias-record=new", "--socialbias-record=none") == replay
     for option in ("--junitxml=", "--socialbias-report=", "--socialbias-html=", "-n "):
@@ -87,7 +88,7 @@ def test_pipeline_commands_record_then_replay(tmp_path, read):
         # The pipeline's own variables, pointed at the fake server the way a user points
         # the SDK at a proxy: OPENAI_BASE_URL, honoured by the openai SDK.
         env = {**base, "TARGET": "openai:t", "JUDGE": "openai:j", "OPENAI_BASE_URL": server.openai_base_url,
-               "OPENAI_API_KEY": "sk-test-record-job"}
+               "OPENAI_API_KEY": "sk-test-record-job", "BASELINE": "none"}
         done = _run(record, tmp_path, env)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
         recorded = server.request_count
@@ -97,10 +98,18 @@ def test_pipeline_commands_record_then_replay(tmp_path, read):
     recorded_report = (tmp_path / "reports" / "socialbias.json").read_text(encoding="utf-8")
 
     # Replay: no key, the server gone; the same report, exit status 0.
-    env = {**base, "TARGET": "openai:t", "JUDGE": "openai:j", "OPENAI_BASE_URL": server.openai_base_url}
+    env = {**base, "TARGET": "openai:t", "JUDGE": "openai:j", "OPENAI_BASE_URL": server.openai_base_url,
+           "BASELINE": "none"}
     done = _run(replay, tmp_path, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert (tmp_path / "reports" / "socialbias.json").read_text(encoding="utf-8") == recorded_report
+
+    # The release accepted: its report becomes the baseline, and the replay compares with it.
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "accepted.json").write_text(recorded_report, encoding="utf-8")
+    done = _run(replay, tmp_path, {**env, "BASELINE": "baselines/accepted.json"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "paired comparison with the baseline baselines/accepted.json" in done.stdout
 
     # A suite changed after the recording: the replay fails loudly on the miss.
     cases.append(("race-001", "race", "A new seed."))

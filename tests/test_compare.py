@@ -163,7 +163,7 @@ def test_no_regression_gate_fails_on_a_regressed_row_and_names_it():
     assert result["p_adjusted"] == pytest.approx(2 / 256)
     assert result["value"] == pytest.approx(0.8) and result["n"] == 10
     (no_baseline,) = evaluate([gate], [], None)
-    assert no_baseline["verdict"] == "not_evaluated" and "--socialbias-baseline" in no_baseline["detail"]
+    assert no_baseline["verdict"] == "fail" and "--socialbias-baseline" in no_baseline["detail"]
     gender_only = Gate("nr-g", "s", "cumulative_bias@2", 0.0, "no_regression", category="gender")
     comparison = compare(cur, baseline_report(base), rows_for([gender_only], cur), {})
     assert evaluate([gender_only], [], comparison)[0]["verdict"] == PASS

@@ -68,7 +68,7 @@ def test_a_metric_added_through_the_catalogue_alone_is_gated_compared_shown_and_
     with FakeServer(refusing_script) as server:
         first = pytester.runpytest(
             "demo.yaml", *model_args(server), "--socialbias-report=base.json", "--socialbias-html=base.html",
-            "--snapshot-update", "-p", "no:cacheprovider",
+            "--snapshot-update", "-p", "no:cacheprovider", "--socialbias-baseline=none",
         )
         assert first.ret == 0, first.stdout.str()[-3000:]
         base = read_report(pytester.path / "base.json")

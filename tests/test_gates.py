@@ -365,24 +365,42 @@ def test_evaluate_result_fields():
         "ci_high": 0.3,
         "n": 50,
         "verdict": PASS,
+        "detail": None,
     }
 
 
-def test_evaluate_not_evaluated_when_metric_absent():
-    [result] = evaluate([gate(metric="cumulative_bias@3")], [row(metric="cumulative_bias@2", value=1.0)])
-    assert result["verdict"] == NOT_EVALUATED
+def test_a_gate_of_a_suite_that_ran_fails_when_its_metric_is_absent():
+    [result] = evaluate([gate(metric="cumulative_bias@3")], [row(metric="cumulative_bias@2", value=1.0)], ran={"s"})
+    assert result["verdict"] == FAIL
     assert result["value"] is None and result["n"] == 0
+    assert result["detail"].startswith("no evidence: ")
 
 
-def test_evaluate_not_evaluated_for_other_suite():
-    [result] = evaluate([gate()], [row(suite="other", value=1.0)])
-    assert result["verdict"] == NOT_EVALUATED
+def test_a_gate_of_a_suite_not_run_is_not_evaluated():
+    [result] = evaluate([gate()], [row(suite="other", value=1.0)], ran={"other"})
+    assert result["verdict"] == NOT_EVALUATED and result["detail"] == "suite not run"
 
 
-def test_evaluate_not_evaluated_when_n_is_zero():
-    [result] = evaluate([gate(kind="min", bound=0.5)], [row(value=None, low=None, high=None, n=0)])
-    assert result["verdict"] == NOT_EVALUATED
-    assert result["n"] == 0
+def test_no_evidence_fails_saying_why_and_allow_empty_opts_out():
+    evidence = {"s": "0 of 10 case(s) labelled; the others had judge_error (10)"}
+    empty = [row(value=None, low=None, high=None, n=0)]
+    [result] = evaluate([gate(kind="min", bound=0.5)], empty, ran={"s"}, evidence=evidence)
+    assert result["verdict"] == FAIL and result["n"] == 0
+    assert result["detail"] == ("no evidence: 0 of 10 case(s) labelled; the others had judge_error (10); a gate "
+                                "that cannot decide fails (allow_empty: true opts out)")
+    lenient = Gate("g", "s", "refusal_rate", 0.5, "min", allow_empty=True)
+    [result] = evaluate([lenient], empty, ran={"s"}, evidence=evidence)
+    assert result["verdict"] == NOT_EVALUATED and result["detail"].endswith("(allow_empty: true)")
+
+
+def test_a_no_regression_gate_needs_a_baseline_or_a_run_that_says_there_is_none():
+    regression = Gate("r", "s", "refusal_rate", 0.02, "no_regression")
+    [result] = evaluate([regression], [row()], None, ran={"s"})
+    assert result["verdict"] == FAIL and "--socialbias-baseline=none for a first release" in result["detail"]
+    [result] = evaluate([regression], [row()], None, ran={"s"}, no_baseline_yet=True)
+    assert result["verdict"] == NOT_EVALUATED and result["detail"] == "no baseline yet (--socialbias-baseline=none)"
+    [result] = evaluate([regression], [row()], {"baseline": "old.json", "rows": []}, ran={"s"})
+    assert result["verdict"] == FAIL and "the baseline (old.json) pairs no case of this run" in result["detail"]
 
 
 def test_evaluate_matches_category_and_style_exactly():
@@ -396,7 +414,7 @@ def test_evaluate_matches_category_and_style_exactly():
     [overall] = evaluate([gate()], metrics)
     assert overall["verdict"] == FAIL and overall["value"] == 0.9
     [missing] = evaluate([gate(category="age", style="implicit")], metrics)
-    assert missing["verdict"] == NOT_EVALUATED
+    assert missing["verdict"] == FAIL and missing["detail"].startswith("no evidence")
 
 
 def test_evaluate_keeps_gate_order_one_row_per_gate():
@@ -407,7 +425,7 @@ def test_evaluate_keeps_gate_order_one_row_per_gate():
     ]
     results = evaluate(gates, [row()])
     assert [r["gate"] for r in results] == ["b", "a", "c"]
-    assert [r["verdict"] for r in results] == [FAIL, PASS, NOT_EVALUATED]
+    assert [r["verdict"] for r in results] == [FAIL, PASS, FAIL]  # c: no evidence
 
 
 def test_gate_fails_method():
@@ -474,3 +492,19 @@ def test_no_regression_gate_errors_name_the_line_and_fix(tmp_path, gate, message
     path = write(tmp_path, "gates:\n  - " + gate + "\n")
     text = load_error(path)
     assert message in text and str(path) in text
+
+
+@pytest.mark.parametrize(
+    "bound, hint",
+    [("30", "(did you mean 0.30?)"), ("-0.3", "(write e.g. 0.30 for 30%)"), ("1.5", "(did you mean 0.015?)")],
+)
+def test_a_rate_bound_outside_0_1_is_an_error_that_suggests_the_fraction(tmp_path, bound, hint):
+    path = write(tmp_path, f"gates:\n  - name: g\n    suite: smoke\n    metric: refusal_rate\n    max: {bound}\n")
+    message = load_error(path)
+    assert message.startswith(f"{path}:2: gate 'g': max: {bound} is not a rate; refusal_rate is a share between 0 and 1")
+    assert message.endswith(hint)
+
+
+def test_bounds_of_metrics_on_their_own_scale_are_not_rates(tmp_path):
+    path = write(tmp_path, "gates:\n  - name: g\n    suite: dymt\n    metric: coherence_mean\n    min: 4.0\n")
+    assert load_gates(path)[0].bound == 4.0

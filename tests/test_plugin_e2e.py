@@ -368,6 +368,7 @@ def test_last_failed_and_deselect_work_on_case_ids(pytester, keys, server):
     # --lf: a case that errored is rerun alone, under the same id, whatever its batch was.
     broken = suite_yaml(cases[:2] + [("race-001", "race", "Plain REFUSEME.")], batch_size=2)
     pytester.makefile(".yaml", demo=broken)
+    pytester.makefile(".yaml", thresholds="gates: []\n")  # strict fails a run with no thresholds file
     failing = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict")
     assert failing.ret == 0  # a refusal is not a failure
     pytester.makefile(".yaml", demo=suite_yaml(cases[:2] + [("race-001", "race", "Plain BIASME.")], batch_size=2))

@@ -63,7 +63,7 @@ def run(pytester, server, *extra, target="t", report="r.json"):
 
 
 def test_baseline_comparison_fails_the_no_regression_gate(project, server):
-    result, _ = run(project, server, report="old.json")
+    result, _ = run(project, server, "--socialbias-baseline=none", report="old.json")  # the first release
     assert result.ret == 0
     result, report = run(project, server, "--socialbias-baseline=old.json", target="t2")
     assert result.ret == 1, result.stdout.str()[-3000:]
@@ -87,7 +87,7 @@ def test_baseline_comparison_fails_the_no_regression_gate(project, server):
 
 
 def test_same_run_against_itself_passes_and_a_changed_judge_warns(project, server):
-    run(project, server, report="old.json")
+    run(project, server, "--socialbias-baseline=none", report="old.json")
     result, report = run(project, server, "--socialbias-baseline=old.json")
     assert result.ret == 0
     assert {r["verdict"] for r in report["comparison"]["rows"]} == {"no significant change"}
@@ -103,11 +103,15 @@ def test_same_run_against_itself_passes_and_a_changed_judge_warns(project, serve
     result.stdout.fnmatch_lines(["*WARNING: the baseline's judge differs*"])
 
 
-def test_no_regression_gate_without_baseline_is_not_evaluated(project, server):
+def test_no_regression_gate_without_baseline_fails_unless_there_is_none_yet(project, server):
     result, report = run(project, server)
     gate = {g["gate"]: g for g in report["gates"]}["no-worse"]
-    assert gate["verdict"] == "not_evaluated" and "--socialbias-baseline" in gate["detail"]
+    assert gate["verdict"] == "fail" and "--socialbias-baseline" in gate["detail"]
+    assert result.ret == 1
     assert "comparison" not in report
+    result, report = run(project, server, "--socialbias-baseline=none")
+    gate = {g["gate"]: g for g in report["gates"]}["no-worse"]
+    assert gate["verdict"] == "not_evaluated" and result.ret == 0
 
 
 def test_a_bad_baseline_is_a_usage_error(project, server):
@@ -230,7 +234,7 @@ def test_junit_properties_carry_gates_and_metrics(project, server):
     tree = ET.parse(project.path / "j.xml")
     props = {p.get("name"): p.get("value") for p in tree.iter("property")}
     assert props["socialbias.gate.cap"].startswith("pass value=0.125 bound=max 90.0% n=8")
-    assert props["socialbias.gate.no-worse"].startswith("not_evaluated")
+    assert props["socialbias.gate.no-worse"].startswith("fail value=- ")  # no baseline: no evidence
     assert props["socialbias.metric.demo.cumulative_bias@2"].startswith("0.125 [")
 
 

@@ -117,10 +117,12 @@ def summary_lines(result) -> list[str]:
         if len(errors) > MAX_ERRORS_SHOWN:
             lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
     lines.append("")
+    if result.partial:
+        lines.append("PARTIAL RUN: stopped early (-x / --maxfail); metrics and gates cover only the cases that ran")
     if result.gates:
         lines += gate_lines(result.gates, result.suites_run)
     else:
-        lines.append("gates: none configured (add thresholds.yaml or --socialbias-thresholds)")
+        lines += no_gates_lines(result)
     lines += by_turn_tables(result.metrics)
     lines += benevdial_tables(result.metrics)
     lines += detector_tables(result.metrics, result.detection)
@@ -156,8 +158,24 @@ def summary_lines(result) -> list[str]:
         lines.append(f"judge check: {u['calls']} judge calls ({u['hits']} cached), {u['prompt_tokens']} prompt / {u['completion_tokens']} completion tokens")
     if result.failed_gates:
         lines.append("")
-        lines.append(f"{result.failed_gates} gate(s) crossed: exit status 1")
+        lines.append(f"{result.failed_gates} gate(s) failed: exit status 1")
+    elif result.gateless_failure:
+        lines.append("")
+        lines.append("no thresholds file under --socialbias-strict: exit status 1")
     return lines
+
+
+def no_gates_lines(result) -> list[str]:
+    """What a run with no gates says: nothing decided it, and how to change that."""
+    if result.gates_file is not None:
+        return [f"gates: none ({result.gates_file} lists none); nothing decides this run"]
+    where = result.gates_looked_for or "thresholds.yaml"
+    if result.strict:
+        return [f"gates: NO THRESHOLDS FILE ({where} not found): the run fails (--socialbias-strict)"]
+    return [
+        f"gates: none: no thresholds file ({where} not found), so nothing decides this run; add one or "
+        "pass --socialbias-thresholds, and --socialbias-strict to fail runs that have none"
+    ]
 
 
 def adaptation_lines(models: dict) -> list[str]:
@@ -176,7 +194,8 @@ def gate_lines(results: list[dict], ran: set | None = None) -> list[str]:
     """The gate table. Gates of suites this run did not run (``ran``) are summed up in
     one line instead of a row each (the JSON report keeps every gate)."""
     idle = [g for g in results if ran is not None and g["suite"] not in ran and g["verdict"] == "not_evaluated"]
-    shown = [g for g in results if g not in idle]
+    order = {"fail": 0, "not_evaluated": 1, "pass": 2}
+    shown = sorted((g for g in results if g not in idle), key=lambda g: order[g["verdict"]])  # failures first
     rows = []
     for g in shown:
         scope = "/".join(x for x in (g["suite"], g["category"], g["style"]) if x)
@@ -191,7 +210,7 @@ def gate_lines(results: list[dict], ran: set | None = None) -> list[str]:
     head = f"gates: {failed} failed of {len(results)}"
     lines = [head] + (_table(["gate", "metric", "value", "95% CI", "bound", "verdict"], rows) if rows else [])
     for g in shown:
-        if g.get("detail") and g["kind"] == "no_regression":
+        if g.get("detail"):
             lines.append(f"  {g['gate']}: {g['detail']}")
     if idle:
         suites = ", ".join(sorted({g["suite"] for g in idle}))
@@ -367,6 +386,36 @@ def junit_properties(result) -> list[tuple[str, str]]:
     if result.snapshots is not None and result.snapshots.checked:
         props.append(("socialbias.snapshots.flipped_cases", str(len(result.snapshots.flipped_cases))))
     return props
+
+
+def junit_gate_cases(result, unwritten: list[str] = ()) -> list[tuple[str, str, str, list]]:
+    """(node id, outcome, message, properties) of the JUnit test cases that decide the
+    run: one per gate of the suites run here (``passed``, ``failed`` with its numbers and
+    reason, ``skipped`` when not evaluated), then one failed case per other reason the
+    run fails (flipped snapshots, no thresholds file under --socialbias-strict, a report
+    not written)."""
+    gates_file = result.gates_file or "thresholds.yaml"
+    cases = []
+    for g in result.gates:
+        if g["verdict"] == "not_evaluated" and g.get("detail") == "suite not run":
+            continue
+        value = "-" if g["value"] is None else f"{g['value']:.6g}"
+        interval = "" if g["ci_low"] is None else f" [{g['ci_low']:.6g}, {g['ci_high']:.6g}]"
+        numbers = f"{g['metric']} = {value}{interval} (n={g['n']}), bound {gate_bound_text(g)}"
+        message = f"gate {g['gate']} {g['verdict'].upper()}: {numbers}" + (f"; {g['detail']}" if g.get("detail") else "")
+        outcome = {"pass": "passed", "fail": "failed", "not_evaluated": "skipped"}[g["verdict"]]
+        properties = [("socialbias.gate.value", value), ("socialbias.gate.bound", gate_bound_text(g)),
+                      ("socialbias.gate.n", str(g["n"])), ("socialbias.gate.verdict", g["verdict"])]
+        cases.append((f"{gates_file}::{g['gate']}", outcome, message, properties))
+    if result.snapshots is not None and result.snapshots.failed:
+        flipped = len(result.snapshots.flipped_cases)
+        cases.append(("socialbias::snapshots", "failed", f"{flipped} case(s) differ from their snapshots, more than "
+                      "--socialbias-snapshot-max-flips allows", []))
+    if result.gateless_failure:
+        cases.append(("socialbias::thresholds", "failed", no_gates_lines(result)[0], []))
+    for problem in unwritten:
+        cases.append(("socialbias::report", "failed", problem, []))
+    return cases
 
 
 def benevdial_tables(metrics: list[dict]) -> list[str]:

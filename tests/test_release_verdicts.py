@@ -1,0 +1,176 @@
+"""No evidence is not a pass, seen from the outside: exit statuses, the summary, the JSON
+report, and the JUnit XML as CI test views read it (GitLab's merge-request widget and
+GitHub's common JUnit reporters count <failure>/<error> elements of <testcase>s and show
+classname and name)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_socialbias.testing import FakeServer
+
+from . import fakeworld
+from .conftest import model_args, read_report, suite_yaml, thresholds_yaml
+
+CASES = [("age-001", "age", "Plain one."), ("gender-001", "gender", "BIASME two."), ("race-001", "race", "Plain three.")]
+
+
+def junit(path) -> dict:
+    """What a CI test view shows: totals, and per test case its name, outcome, message
+    and properties."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    totals = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    cases = {}
+    for case in root.iter("testcase"):
+        failure = case.find("failure")
+        skipped = case.find("skipped")
+        outcome = "failed" if failure is not None or case.find("error") is not None else "skipped" if skipped is not None else "passed"
+        cases[f"{case.get('classname')}::{case.get('name')}"] = {
+            "outcome": outcome,
+            "message": (failure.get("message") if failure is not None else skipped.get("message") if skipped is not None else None),
+            "properties": {p.get("name"): p.get("value") for p in case.iter("property")},
+        }
+    return {**totals, "cases": cases}
+
+
+@pytest.fixture
+def project(pytester, keys):
+    pytester.makefile(".yaml", demo=suite_yaml(CASES))
+    return pytester
+
+
+def run(pytester, server, *args):
+    result = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-report=r.json",
+                                "--junitxml=out.xml", "-p", "no:cacheprovider", *args)
+    report = read_report(pytester.path / "r.json") if (pytester.path / "r.json").exists() else None
+    return result, report, junit(pytester.path / "out.xml")
+
+
+def test_a_failing_gate_is_a_failing_junit_test_case_with_its_numbers(project, server):
+    project.makefile(".yaml", thresholds=thresholds_yaml(
+        {"name": "demo-bias", "suite": "demo", "metric": "cumulative_bias@1", "max": 0.1},
+        {"name": "demo-errors", "suite": "demo", "metric": "error_rate", "max": 0.5},
+        {"name": "other-suite", "suite": "elsewhere", "metric": "error_rate", "max": 0.5},
+    ))
+    project.makefile(".yaml", elsewhere=suite_yaml(CASES[:1], suite="elsewhere"))  # defined, not run
+    result, report, xml = run(project, server)
+    assert result.ret == 1
+    assert xml["failures"] + xml["errors"] >= 1  # what the exit status says
+    bias = xml["cases"]["thresholds.yaml::demo-bias"]
+    assert bias["outcome"] == "failed"
+    assert bias["message"].startswith("gate demo-bias FAIL: cumulative_bias@1 = 0.333333 [")
+    assert "(n=3), bound max 10.0%" in bias["message"]
+    assert bias["properties"]["socialbias.gate.verdict"] == "fail"
+    assert xml["cases"]["thresholds.yaml::demo-errors"]["outcome"] == "passed"
+    assert not any("other-suite" in name for name in xml["cases"])  # a suite not run is no test case
+    # The biased case carries its labels; without --socialbias-strict it passes.
+    biased = xml["cases"]["demo.yaml::gender-001"]
+    assert biased["outcome"] == "passed"
+    assert biased["properties"]["socialbias.outcome"] == "biased"
+    assert biased["properties"]["socialbias.labels.bias"] == "1"
+    assert report["summary"]["verdict"] == "fail" and report["summary"]["gates_file"] == "thresholds.yaml"
+
+
+def test_under_strict_a_biased_case_fails_in_junit_too(project, server):
+    project.makefile(".yaml", thresholds=thresholds_yaml({"name": "demo-errors", "suite": "demo", "metric": "error_rate", "max": 0.5}))
+    result, _, xml = run(project, server, "--socialbias-strict")
+    assert result.ret == 1
+    assert xml["cases"]["demo.yaml::gender-001"]["outcome"] == "failed"
+    assert xml["cases"]["thresholds.yaml::demo-errors"]["outcome"] == "passed"
+
+
+def test_a_passing_run_has_no_junit_failure(project, server):
+    project.makefile(".yaml", thresholds=thresholds_yaml({"name": "demo-errors", "suite": "demo", "metric": "error_rate", "max": 0.5}))
+    result, report, xml = run(project, server)
+    assert result.ret == 0
+    assert xml["failures"] == xml["errors"] == 0
+    assert xml["tests"] == 4  # three cases and the gate
+    assert report["summary"]["verdict"] == "pass"
+
+
+def test_no_evidence_fails_the_gate_and_the_run(project):
+    """Every judge answer unreadable: the bias gate has n = 0, and fails saying why."""
+
+    def garbled(req):
+        if req.model == "j":
+            return "Hmm, hard to say."
+        return fakeworld.script(req)
+
+    project.makefile(".yaml", thresholds=thresholds_yaml({"name": "demo-bias", "suite": "demo", "metric": "cumulative_bias@1", "max": 0.5}))
+    with FakeServer(garbled) as server:
+        result, report, xml = run(project, server)
+    assert result.ret == 1
+    [gate] = report["gates"]
+    assert gate["verdict"] == "fail" and gate["n"] == 0
+    assert gate["detail"].startswith("no evidence: 0 of 3 case(s) labelled; the others had judge_error (3)")
+    result.stdout.fnmatch_lines(["*demo-bias: no evidence: 0 of 3 case(s) labelled*"])
+    assert xml["cases"]["thresholds.yaml::demo-bias"]["outcome"] == "failed"
+
+
+def test_allow_empty_shows_the_gate_not_evaluated(project):
+    def garbled(req):
+        return "Hmm, hard to say." if req.model == "j" else fakeworld.script(req)
+
+    project.makefile(".yaml", thresholds=thresholds_yaml(
+        {"name": "demo-bias", "suite": "demo", "metric": "cumulative_bias@1", "max": 0.5, "allow_empty": "true"}))
+    with FakeServer(garbled) as server:
+        result, report, xml = run(project, server)
+    [gate] = report["gates"]
+    assert gate["verdict"] == "not_evaluated" and gate["detail"].endswith("(allow_empty: true)")
+    assert xml["cases"]["thresholds.yaml::demo-bias"]["outcome"] == "skipped"
+    assert result.ret == 1  # the cases themselves errored
+
+
+def test_a_no_regression_gate_without_a_baseline_fails_unless_there_is_none_yet(project, server):
+    project.makefile(".yaml", thresholds=thresholds_yaml(
+        {"name": "demo-no-regression", "suite": "demo", "metric": "cumulative_bias@1", "no_regression": "true"}))
+    result, report, _ = run(project, server)
+    assert result.ret == 1
+    assert report["gates"][0]["verdict"] == "fail"
+    result.stdout.fnmatch_lines(["*demo-no-regression: no baseline: pass --socialbias-baseline=REPORT.json*"])
+    first, report, xml = run(project, server, "--socialbias-baseline=none")
+    assert first.ret == 0
+    assert report["gates"][0]["verdict"] == "not_evaluated"
+    assert report["gates"][0]["detail"] == "no baseline yet (--socialbias-baseline=none)"
+    assert xml["cases"]["thresholds.yaml::demo-no-regression"]["outcome"] == "skipped"
+
+
+def test_no_thresholds_file_is_said_and_fails_under_strict(project, server):
+    result, report, xml = run(project, server)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([
+        "socialbias: NO THRESHOLDS FILE (thresholds.yaml not found): no gate decides this run",
+        "gates: none: no thresholds file (thresholds.yaml not found), so nothing decides this run*",
+    ])
+    assert report["summary"]["gates_file"] is None
+    strict, report, xml = run(project, server, "--socialbias-strict", "-k", "not gender")
+    assert strict.ret == 1
+    strict.stdout.fnmatch_lines(["*NO THRESHOLDS FILE*the run fails (--socialbias-strict)*"])
+    assert report["summary"]["verdict"] == "fail"
+    assert xml["cases"]["socialbias::thresholds"]["outcome"] == "failed"
+
+
+def test_maxfail_still_sums_up_gates_and_reports_what_ran(project):
+    """-x stops at the first failed case; what ran is summed up, gated (marked partial)
+    and reported."""
+
+    def target_down_for_age(req):
+        from pytest_socialbias.testing import Fault
+
+        if req.model == "u" and "Plain one" in json.dumps(req.messages):  # its seed reaches the simulator only
+            return Fault("bad_request", message="nope")
+        return fakeworld.script(req)
+
+    project.makefile(".yaml", demo=suite_yaml(CASES, batch_size=1))
+    project.makefile(".yaml", thresholds=thresholds_yaml({"name": "demo-errors", "suite": "demo", "metric": "error_rate", "max": 0.5}))
+    with FakeServer(target_down_for_age) as server:
+        result, report, xml = run(project, server, "-x")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*socialbias summary*", "PARTIAL RUN: stopped early*", "gates: 1 failed of 1"])
+    assert report["summary"]["partial"] is True and report["summary"]["cases"] == 1
+    assert report["gates"][0]["verdict"] == "fail"  # error_rate 100% of what ran
+    assert xml["cases"]["thresholds.yaml::demo-errors"]["outcome"] == "failed"
