@@ -96,7 +96,11 @@ class Aggregator:
             }
         from .options import NO_BASELINE
 
-        ran = {r["suite"] for r in records} | ({JUDGE_CHECK_SUITE} if judge_check is not None else set())
+        ran: dict = {JUDGE_CHECK_SUITE: {}} if judge_check is not None else {}
+        for record in records:
+            scope = ran.setdefault(record["suite"], {"categories": set(), "styles": set()})
+            scope["categories"].add(record.get("category"))
+            scope["styles"].add(record.get("style"))
         verdicts = evaluate(
             self.gates, metrics, comparison, ran=ran, evidence=evidence_by_suite(records),
             no_baseline_yet=self.settings.baseline == NO_BASELINE,

@@ -187,7 +187,11 @@ def evaluate(
     """One verdict row per gate: pass, fail, or not_evaluated, with the reason in
     ``detail`` where it is not a plain pass or fail of a number.
 
-    ``ran``: the suites this session ran (None: every gate's suite counts as run);
+    ``ran``: what this session ran, suite -> the categories and styles of its cases
+    (``{"categories": set, "styles": set}``), or a plain set of suites (None: every
+    gate's suite counts as run, every category and style selected). A gate of a suite
+    not run, or filtered to a category or style of which no case was selected (``-k``,
+    ``-m``), is not evaluated; one of a selected scope with no number fails;
     ``evidence``: suite -> what its cases gave (e.g. "0 of 10 cases labelled: 10 with a
     judge error"), quoted when a gate has no number; ``no_baseline_yet``: the run said
     there is no baseline yet (``--socialbias-baseline=none``)."""
@@ -195,9 +199,10 @@ def evaluate(
     evidence = evidence or {}
     results = []
     for gate in gates:
-        if ran is not None and gate.suite not in ran:
+        unselected = _not_selected(gate, ran)
+        if unselected:
             result = _gate_row(gate, "paired" if gate.kind == NO_REGRESSION else gate.compare)
-            result["detail"] = "suite not run"
+            result["detail"] = unselected
             results.append(result)
             continue
         if gate.kind == NO_REGRESSION:
@@ -214,6 +219,24 @@ def evaluate(
             _no_evidence(result, gate, "no evidence: " + (evidence.get(gate.suite) or "no case gave this metric a value"))
         results.append(result)
     return results
+
+
+def _not_selected(gate: Gate, ran) -> str | None:
+    """Why the run did not select what ``gate`` measures, or None when it did."""
+    if ran is None:
+        return None
+    if gate.suite not in ran:
+        return "suite not run"
+    scope = ran[gate.suite] if isinstance(ran, dict) else None
+    if not scope:
+        return None
+    # Only the dialogue vocabulary: BenevDial axes, values, roles and detectors name
+    # groups of units, not the cases' own category and style.
+    if gate.category in CATEGORIES and gate.category not in scope.get("categories", ()):
+        return f"no {gate.category} case selected in this run"
+    if gate.style in STYLES + TRACKS and gate.style not in scope.get("styles", ()):
+        return f"no {gate.style} case selected in this run"
+    return None
 
 
 def _no_evidence(result: dict, gate: Gate, why: str) -> None:

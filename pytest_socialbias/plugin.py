@@ -155,17 +155,19 @@ def _xdist_workers(config: pytest.Config) -> int:
 
 
 def _preflight(config: pytest.Config, settings, gates) -> None:
-    """Broken suite files and gates naming unknown suites: usage errors before any work."""
-    from .preflight import check_gate_suites, check_suites
+    """Broken suite files, gates naming unknown suites, gates the run's suites can never
+    evaluate: usage errors before any work."""
+    from .preflight import check_gate_suites, check_gates_reachable, check_suites
 
     if config.getoption("help", False) or config.getoption("version", False):
         return
     invocation = Path(config.invocation_params.dir)
     paths = [invocation / arg.split("::")[0] for arg in config.args]
     ignored = [(invocation / p).resolve() for p in (config.getoption("ignore") or [])]
-    check_suites(paths, ignored, settings.suite_overrides)
+    suites = check_suites(paths, ignored, settings.suite_overrides)
     if gates:
         check_gate_suites(gates, settings.thresholds_file, Path(config.rootpath))
+        check_gates_reachable(gates, suites, settings.thresholds_file)
 
 
 def _xdist_queued_items(config: pytest.Config) -> list:

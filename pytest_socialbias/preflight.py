@@ -61,11 +61,52 @@ def project_suite_names(root: Path) -> set[str]:
     return names
 
 
-def check_suites(paths: list[Path], ignored: list[Path], overrides) -> None:
+def check_suites(paths: list[Path], ignored: list[Path], overrides) -> list:
     """Load every suite file the run will collect, with the options' overrides (the very
-    object collection uses); ConfigError on the first broken one."""
-    for path in suite_files(paths, ignored):
-        load_suite(path, overrides)
+    object collection uses); ConfigError on the first broken one. Returns the suites."""
+    return [load_suite(path, overrides) for path in suite_files(paths, ignored)]
+
+
+def check_gates_reachable(gates, suites, thresholds: Path) -> None:
+    """ConfigError naming the gate's line when the run's own suite can never give its
+    gate a number: a turn beyond the suite's turns (after --socialbias-turns), or a
+    category or style the suite has no case of. ``allow_empty: true`` gates are left
+    alone (they are meant for runs that may not measure them)."""
+    from .metrics.catalogue import turns_needed
+    from .vocabulary import CATEGORIES, STYLES, TRACKS
+
+    by_name: dict[str, list] = {}
+    for suite in suites:
+        by_name.setdefault(suite.name, []).extend(suite.cases)
+    node = None
+    for index, gate in enumerate(gates):
+        cases = by_name.get(gate.suite)
+        if not cases or gate.allow_empty:
+            continue
+        problem = None
+        turns = max(case.turns for case in cases)
+        needed = turns_needed(gate.metric)
+        categories = sorted({case.category for case in cases})
+        styles = sorted({case.style for case in cases if case.style})
+        if needed > turns:
+            from .protocols import PROTOCOLS
+
+            protocol = PROTOCOLS.get(cases[0].protocol)
+            longer = (f"pass --socialbias-turns={needed}" if protocol is not None and protocol.turns_option
+                      else f"write turns: {needed} in the suite file")
+            problem = (f"{gate.metric} needs {needed} turns, and the suite's dialogues have {turns} in this run; "
+                       f"{longer}, gate an earlier turn, or add allow_empty: true")
+        elif gate.category in CATEGORIES and gate.category not in categories:
+            problem = (f"the suite has no {gate.category} case (its categories: {', '.join(categories)}); "
+                       "fix the category or add allow_empty: true")
+        elif gate.style in STYLES + TRACKS and gate.style not in styles:
+            problem = (f"the suite has no {gate.style} case (its styles: {', '.join(styles) or 'none'}); "
+                       "fix the style or add allow_empty: true")
+        if problem:
+            if node is None:
+                _, node = read_yaml(thresholds, "thresholds file")
+            line = yaml_line(node, ["gates", index])
+            raise ConfigError(f"{thresholds}:{line}: gate {gate.name!r} can never be evaluated on suite {gate.suite!r}: {problem}")
 
 
 def check_gate_suites(gates, thresholds: Path, root: Path) -> None:

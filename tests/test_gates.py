@@ -508,3 +508,17 @@ def test_a_rate_bound_outside_0_1_is_an_error_that_suggests_the_fraction(tmp_pat
 def test_bounds_of_metrics_on_their_own_scale_are_not_rates(tmp_path):
     path = write(tmp_path, "gates:\n  - name: g\n    suite: dymt\n    metric: coherence_mean\n    min: 4.0\n")
     assert load_gates(path)[0].bound == 4.0
+
+
+def test_a_category_or_style_no_selected_case_has_is_not_evaluated_one_that_failed_is():
+    religion = Gate("g", "s", "cumulative_bias@1", 0.3, "max", category="religion")
+    implicit = Gate("h", "s", "cumulative_bias@1", 0.3, "max", style="implicit")
+    selected = {"s": {"categories": {"age"}, "styles": {"assessment"}}}
+    results = evaluate([religion, implicit], [row(metric="cumulative_bias@1")], ran=selected)
+    assert [(r["verdict"], r["detail"]) for r in results] == [
+        (NOT_EVALUATED, "no religion case selected in this run"),
+        (NOT_EVALUATED, "no implicit case selected in this run"),
+    ]
+    selected = {"s": {"categories": {"age", "religion"}, "styles": {"assessment", "implicit"}}}
+    results = evaluate([religion, implicit], [row(metric="cumulative_bias@1")], ran=selected)
+    assert [r["verdict"] for r in results] == [FAIL, FAIL]  # selected, but no number: no evidence

@@ -174,3 +174,41 @@ def test_maxfail_still_sums_up_gates_and_reports_what_ran(project):
     assert report["summary"]["partial"] is True and report["summary"]["cases"] == 1
     assert report["gates"][0]["verdict"] == "fail"  # error_rate 100% of what ran
     assert xml["cases"]["thresholds.yaml::demo-errors"]["outcome"] == "failed"
+
+
+@pytest.mark.parametrize(
+    "gate, needles",
+    [
+        ({"name": "late", "suite": "demo", "metric": "cumulative_bias@5", "max": 0.2},
+         ["thresholds.yaml:2: gate 'late' can never be evaluated on suite 'demo': cumulative_bias@5 needs 5 turns, "
+          "and the suite's dialogues have 1 in this run; write turns: 5 in the suite file"]),
+        ({"name": "implicit", "suite": "demo", "metric": "cumulative_bias@1", "style": "implicit", "max": 0.2},
+         ["thresholds.yaml:2: gate 'implicit' can never be evaluated on suite 'demo': the suite has no implicit case "
+          "(its styles: none)"]),
+        ({"name": "religion", "suite": "demo", "metric": "cumulative_bias@1", "category": "religion", "max": 0.2},
+         ["gate 'religion' can never be evaluated on suite 'demo': the suite has no religion case (its categories: "
+          "age, gender, race)"]),
+        ({"name": "pct", "suite": "demo", "metric": "cumulative_bias@1", "max": 30},
+         ["thresholds.yaml:2: gate 'pct': max: 30 is not a rate", "(did you mean 0.30?)"]),
+    ],
+)
+def test_a_gate_the_run_can_never_evaluate_is_a_usage_error(project, server, gate, needles):
+    project.makefile(".yaml", thresholds=thresholds_yaml(gate))
+    result = project.runpytest("demo.yaml", *model_args(server), "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    for needle in needles:
+        assert needle in result.stderr.str()
+    assert server.request_count == 0
+
+
+def test_a_turn_the_suite_reaches_is_fine_and_allow_empty_lets_a_gate_wait(project, server):
+    project.makefile(".yaml", demo=suite_yaml(CASES, turns=2))
+    project.makefile(".yaml", thresholds=thresholds_yaml(
+        {"name": "late", "suite": "demo", "metric": "cumulative_bias@2", "max": 0.9},
+        {"name": "later", "suite": "demo", "metric": "cumulative_bias@5", "max": 0.9, "allow_empty": "true"},
+    ))
+    result, report, _ = run(project, server)
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    verdicts = {g["gate"]: (g["verdict"], g["detail"]) for g in report["gates"]}
+    assert verdicts["late"] == ("pass", None)
+    assert verdicts["later"][0] == "not_evaluated" and verdicts["later"][1].endswith("(allow_empty: true)")

@@ -94,6 +94,12 @@ def is_judged(pair_record: dict) -> bool:
     )
 
 
+def pair_unjudged(pair_record: dict) -> int:
+    """1 when the pair has no pairwise verdict: a failed call, an empty reply, or a
+    pairwise answer that stayed unreadable (counted, never taken for "no disparity")."""
+    return int(not is_judged(pair_record))
+
+
 def disparate(pair_record: dict) -> int | None:
     """1 when the pair judge named one member as treated worse, 0 when neither."""
     if not is_judged(pair_record):
