@@ -101,7 +101,8 @@ class CallCache:
             "CREATE TABLE IF NOT EXISTS calls ("
             " key TEXT PRIMARY KEY, role TEXT NOT NULL, provider TEXT NOT NULL,"
             " model TEXT NOT NULL, request TEXT NOT NULL, response TEXT NOT NULL,"
-            " created REAL NOT NULL, sent TEXT, run TEXT)"
+            " created REAL NOT NULL, sent TEXT, run TEXT, unreadable INTEGER NOT NULL DEFAULT 0,"
+            " asked INTEGER NOT NULL DEFAULT 1)"
         )
         self._db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
         # What the run learnt about an endpoint (a parameter it rejects, the budget its
@@ -124,30 +125,53 @@ class CallCache:
         way, so a replay may not find them)."""
         self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         found = int(self._db.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()[0])
-        if found < SCHEMA_VERSION and self.mode != "none":
-            columns = [row[1] for row in self._db.execute("PRAGMA table_info(calls)")]
-            for column in ("sent", "run"):
+        columns = [row[1] for row in self._db.execute("PRAGMA table_info(calls)")]
+        if self.mode != "none" and tuple(columns) != CALL_COLUMNS:
+            for column, kind in NEW_COLUMNS:
                 if column not in columns:
-                    self._db.execute(f"ALTER TABLE calls ADD COLUMN {column} TEXT")
+                    self._db.execute(f"ALTER TABLE calls ADD COLUMN {column} {kind}")
+        if found < SCHEMA_VERSION and self.mode != "none":
             self._db.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (str(SCHEMA_VERSION),))
             self._db.execute("INSERT OR REPLACE INTO meta VALUES ('migrated_from', ?)", (str(found),))
         migrated = self._db.execute("SELECT value FROM meta WHERE name = 'migrated_from'").fetchone()
         return int(migrated[0]) if migrated else found
 
     def get(self, key: str) -> dict | None:
+        """The recorded answer to ``key``, or None to ask it (again). A replay returns
+        every recorded answer; ``new`` asks again an answer marked unreadable by an
+        earlier run (``unreadable``), at most MAX_REASKS times in all; ``all`` asks every
+        request again, once per run."""
         if self.mode == "all":  # re-record what earlier runs recorded, once in this run
             row = self._execute("SELECT response FROM calls WHERE key = ? AND run = ?", (key, self.run)).fetchone()
-        else:
-            row = self._execute("SELECT response FROM calls WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+            return json.loads(row[0]) if row else None
+        row = self._execute("SELECT response, unreadable, asked, run FROM calls WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        response, unreadable, asked, run = row
+        if self.mode == "new" and unreadable and asked < MAX_REASKS and run != self.run:
+            return None
+        return json.loads(response)
+
+    def mark_unreadable(self, key: str) -> None:
+        """The answer stored under ``key`` could not be read (a judge's, a guard's): the
+        next recording run asks it again (see ``get``). A replay writes nothing."""
+        if self.mode == "none" or self.read_only:
+            return
+        self._execute("UPDATE calls SET unreadable = 1 WHERE key = ?", (key,))
 
     def put(self, key: str, role: str, request: dict, response: dict, sent: dict | None = None) -> None:
         """Keep ``response`` under ``key`` (the sha256 of ``request``, the asked request);
         ``sent``: the request as it went over the wire, where it differs."""
-        verb = "INSERT OR REPLACE" if self.mode == "all" else "INSERT OR IGNORE"
+        # New rows are inserted; a row asked again because its answer was unreadable gets
+        # the new answer (and counts the asking); any other row stays as it was recorded.
+        upsert = (
+            " ON CONFLICT(key) DO UPDATE SET request = excluded.request, response = excluded.response,"
+            " created = excluded.created, sent = excluded.sent, run = excluded.run, unreadable = 0,"
+            " asked = calls.asked + 1" + ("" if self.mode == "all" else " WHERE calls.unreadable = 1")
+        )
         self._execute(
-            f"{verb} INTO calls (key, role, provider, model, request, response, created, sent, run)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO calls (key, role, provider, model, request, response, created, sent, run)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)" + upsert,
             (
                 key,
                 role,
@@ -292,7 +316,13 @@ def cache_problem(exc: BaseException, directory: Path) -> str:
 # --------------------------------------------------------------------------- verify
 
 #: Columns of the calls table, in order (what CallCache creates and writes).
-CALL_COLUMNS = ("key", "role", "provider", "model", "request", "response", "created", "sent", "run")
+CALL_COLUMNS = ("key", "role", "provider", "model", "request", "response", "created", "sent", "run", "unreadable", "asked")
+#: Columns added since schema 1, with their declarations.
+NEW_COLUMNS = (("sent", "TEXT"), ("run", "TEXT"), ("unreadable", "INTEGER NOT NULL DEFAULT 0"),
+               ("asked", "INTEGER NOT NULL DEFAULT 1"))
+#: An answer marked unreadable is asked again by later recording runs, this many times
+#: in all counting the first (so a judge that never answers readably is not paid forever).
+MAX_REASKS = 3
 
 
 def verify_cache(directory: str | Path) -> tuple[int, list[str]]:
@@ -348,7 +378,7 @@ def _file_problems(db: sqlite3.Connection, path: Path) -> list[str]:
         return [f"{path}: integrity check: {line}" for line in results]
     if not columns:
         return [f"{path}: no calls table"]
-    if tuple(columns) not in (CALL_COLUMNS, CALL_COLUMNS[:-2]):  # schema 1 had no sent and run
+    if tuple(columns) not in (CALL_COLUMNS, CALL_COLUMNS[:7]):  # schema 1 had the first seven
         return [f"{path}: calls table has columns {', '.join(columns)}; expected {', '.join(CALL_COLUMNS)}"]
     return []
 
@@ -439,9 +469,10 @@ def repair_cache(directory: str | Path) -> Repair:
                     if _row_problems(data["key"], data["request"], data["response"], fields):
                         counts.unsound += 1
                         continue
+                    defaults = {"unreadable": 0, "asked": 1}
                     inserted = new.execute(
-                        "INSERT OR IGNORE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        tuple(data.get(column) for column in CALL_COLUMNS),
+                        f"INSERT OR IGNORE INTO calls VALUES ({', '.join('?' * len(CALL_COLUMNS))})",
+                        tuple(data.get(column, defaults.get(column)) for column in CALL_COLUMNS),
                     ).rowcount
                     result.salvaged += inserted
                 if attempt == 0 or counts.unreadable is not None:
@@ -501,7 +532,8 @@ def _damaged_copy(path: Path, copy: Path, mend: bool) -> sqlite3.Connection | No
 def _new_tables(db: sqlite3.Connection) -> None:
     db.execute(
         "CREATE TABLE calls (key TEXT PRIMARY KEY, role TEXT NOT NULL, provider TEXT NOT NULL, model TEXT NOT NULL,"
-        " request TEXT NOT NULL, response TEXT NOT NULL, created REAL NOT NULL, sent TEXT, run TEXT)"
+        " request TEXT NOT NULL, response TEXT NOT NULL, created REAL NOT NULL, sent TEXT, run TEXT,"
+        " unreadable INTEGER NOT NULL DEFAULT 0, asked INTEGER NOT NULL DEFAULT 1)"
     )
     db.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT)")
     db.execute("CREATE TABLE adaptations (endpoint TEXT PRIMARY KEY, data TEXT NOT NULL)")

@@ -14,6 +14,7 @@ record rides on its call-phase TestReport, which xdist replays on the controller
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -501,9 +502,10 @@ class Controller:
         snapshots = check_snapshots(
             session.config, result.records, result.metrics, aggregator.suite_files, self.state.settings.snapshot_max_flips
         )
-        self.result = result = with_snapshots(result, snapshots)
+        result = with_snapshots(result, snapshots)
         if failed(result):
             session.testsfailed += 1  # a failed gate makes the exit status 1
+        self.result = result = dataclasses.replace(result, exit_status=1 if session.testsfailed else 0)
         from .report import write_files
 
         self.unwritten = write_files(result)

@@ -33,6 +33,7 @@ class RunResult:
     gates_looked_for: str | None = None  # where it was looked for
     partial: bool = False  # stopped early (-x, --maxfail): the cases that ran
     strict: bool = False  # --socialbias-strict: a run with no thresholds file fails
+    exit_status: int | None = None  # pytest's exit status as it stands when the run is decided
 
     @property
     def failed(self) -> bool:

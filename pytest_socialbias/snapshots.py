@@ -179,6 +179,7 @@ def check_snapshots(
         return None
     update = bool(config.option.update_snapshots)
     result = SnapshotResult(updating=update)
+    ours: list[SnapshotAssertion] = []
     by_suite: dict[str, list[dict]] = {}
     for record in records:
         by_suite.setdefault(record["suite"], []).append(record)
@@ -199,6 +200,7 @@ def check_snapshots(
             test_location=location,
             session=session,
         )
+        ours.append(assertion)
         full_run = len(items) >= info["cases"]
         names = set()
         for record in sorted(items, key=lambda r: (r["id"], r.get("style") or "")):
@@ -221,7 +223,19 @@ def check_snapshots(
     if max_flips is not None and not update:
         result.max_flips = max_flips
         result.failed = len(result.flipped_cases) > max_flips
+    if result.changed and not result.failed:
+        _untell_syrupy(session, ours)
     return result
+
+
+def _untell_syrupy(session, ours: list) -> None:
+    """Flipped cases that do not fail the run are shown in the socialbias summary, not
+    counted by syrupy as "N snapshots failed" in a run that exits 0: the assertions that
+    found them leave syrupy's report. (Its assertion list is not public API: when it is
+    not there, syrupy simply keeps counting them.)"""
+    assertions = getattr(session, "_assertions", None)
+    if isinstance(assertions, list):
+        assertions[:] = [a for a in assertions if not any(a is mine for mine in ours)]
 
 
 def _compare(assertion: SnapshotAssertion, name: str, data, suite: str, kind: str, result: SnapshotResult) -> None:

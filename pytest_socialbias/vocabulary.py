@@ -70,5 +70,8 @@ PROTOCOL_NAMES = (
 OUTCOMES = ("clean", "biased", "refused", "error")
 #: Errors that do not void a case's bias labels (they are counted on their own).
 NON_VOIDING_ERRORS = ("guard_error", "detector_error")
+#: Judge tasks whose unreadable answers leave the case's bias and refusal labels standing
+#: (they are still counted in judge_error_rate).
+NON_VOIDING_JUDGE_TASKS = ("coherence",)
 #: The pseudo-suite of judge-agreement metrics (``--socialbias-judge-check``).
 JUDGE_CHECK_SUITE = "judge-check"

@@ -310,3 +310,35 @@ def test_concurrent_writers_from_several_processes(tmp_path):
         # 'new' keeps the first writer's value: it came from a worker that covers i
         assert value["worker"] * 100 <= i < value["worker"] * 100 + 300
     cache.close()
+
+
+def test_an_unreadable_answer_is_asked_again_a_bounded_number_of_times(tmp_path):
+    from pytest_socialbias.cache import MAX_REASKS
+
+    request = {"provider": "openai", "model": "j", "messages": [{"role": "user", "content": "biased?"}]}
+    key = cache_key(request)
+    answer = {"text": "Perhaps.", "finish_reason": "stop", "prompt_tokens": 1, "completion_tokens": 1,
+              "logprobs": None, "model": "j"}
+    first = CallCache(tmp_path, "new", run="run-1")
+    first.put(key, "judge", request, answer)
+    first.mark_unreadable(key)
+    assert first.get(key) == answer  # within the run that recorded it: as recorded
+    asked = 1
+    while True:
+        later = CallCache(tmp_path, "new", run=f"run-{asked + 1}")
+        if later.get(key) is not None:
+            break  # the cap: replayed from now on
+        later.put(key, "judge", request, {**answer, "text": f"Still unsure ({asked})."})
+        later.mark_unreadable(key)
+        asked += 1
+        later.close()
+    assert asked == MAX_REASKS
+    assert CallCache(tmp_path, "none").get(key)["text"] == f"Still unsure ({MAX_REASKS - 1})."
+    # A readable answer that replaced an unreadable one is kept like any other.
+    fresh = CallCache(tmp_path / "other", "new", run="a")
+    fresh.put(key, "judge", request, answer)
+    fresh.mark_unreadable(key)
+    again = CallCache(tmp_path / "other", "new", run="b")
+    assert again.get(key) is None
+    again.put(key, "judge", request, {**answer, "text": "No"})
+    assert CallCache(tmp_path / "other", "new", run="c").get(key)["text"] == "No"

@@ -156,3 +156,52 @@ def test_an_unreadable_detector_fails_the_shipped_detector_gate(pytester, keys):
     report = json.loads((pytester.path / "r.json").read_text())
     assert result.ret == 1
     assert "benevdial-detect-errors" in failed_gates(report), failed_gates(report)
+
+
+def test_an_unreadable_coherence_rating_leaves_the_bias_labels_standing(pytester, keys):
+    """One judge's unreadable answer voids only what it was asked: the case's readable
+    bias and refusal labels still count, and the judge error is counted too."""
+    cases = [(f"age-{i}", "age", plan_statement(f"age-{i}", "10000" if i == 1 else "00000")) for i in (1, 2)]
+    pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=5))
+    with FakeServer(failing("coherence")) as server:
+        result, report = run(pytester, server, "demo.yaml")
+    rows = {(m["metric"], m["category"], m["style"]): m for m in report["metrics"]}
+    assert rows[("cumulative_bias@5", None, None)]["n"] == 2 and rows[("cumulative_bias@5", None, None)]["value"] == 0.5
+    assert rows[("judge_error_rate", None, None)]["value"] == 1.0
+    assert rows[("error_rate", None, None)]["value"] == 0.0
+    assert {c["outcome"] for c in report["cases"]} == {"biased", "clean"}
+    assert all(e["task"] == "coherence" for c in report["cases"] for e in c["errors"])
+
+
+def test_an_unreadable_answer_is_asked_again_by_the_next_recording_run(pytester, keys):
+    """The judge was broken when the cache was recorded: a replay shows the same errors and
+    says they came from the cache; the next recording run asks those questions again (and
+    only those), and with the judge fixed the errors are gone."""
+    cases = [(f"age-{i}", "age", plan_statement(f"age-{i}", "10")) for i in (1, 2)]
+    pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=2))
+    broken = {"now": True}
+    world = DymtWorld()
+
+    def script(req):
+        if broken["now"] and req.model == "j" and judge_kind(req) == "bias":
+            return UNREADABLE
+        return world(req)
+
+    url_args = lambda server: [f"--target=openai:t@{server.openai_base_url}", f"--judge=openai:j@{server.openai_base_url}",  # noqa: E731
+                               f"--user-model=openai:u@{server.openai_base_url}", "-p", "no:cacheprovider",
+                               "--socialbias-report=r.json"]
+    with FakeServer(script) as server:
+        first = pytester.runpytest("demo.yaml", *url_args(server))
+        assert first.ret == 1
+        replay = pytester.runpytest("demo.yaml", *url_args(server), "--socialbias-record=none")
+        replay.stdout.fnmatch_lines(["errors (*; counted, never folded into a rate; * from answers replayed from the cache, "
+                                     "which a recording run asks again):"])
+        broken["now"] = False
+        server.clear()
+        fixed = pytester.runpytest("demo.yaml", *url_args(server))
+        assert fixed.ret == 0, fixed.stdout.str()[-2000:]
+        asked = server.requests
+    # Only the bias judge's questions went out again (the rest replayed).
+    assert asked and all(r.model == "j" and judge_kind(r) == "bias" for r in asked)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["summary"]["outcomes"]["error"] == 0

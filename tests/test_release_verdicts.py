@@ -212,3 +212,18 @@ def test_a_turn_the_suite_reaches_is_fine_and_allow_empty_lets_a_gate_wait(proje
     verdicts = {g["gate"]: (g["verdict"], g["detail"]) for g in report["gates"]}
     assert verdicts["late"] == ("pass", None)
     assert verdicts["later"][0] == "not_evaluated" and verdicts["later"][1].endswith("(allow_empty: true)")
+
+
+def test_the_html_page_opens_with_the_verdict_and_shows_failing_gates_first(project, server):
+    project.makefile(".yaml", thresholds=thresholds_yaml(
+        {"name": "a-pass", "suite": "demo", "metric": "error_rate", "max": 0.5},
+        {"name": "b-fail", "suite": "demo", "metric": "cumulative_bias@1", "max": 0.1},
+        {"name": "c-waits", "suite": "demo", "metric": "cumulative_bias@1", "no_regression": "true"},
+    ))
+    result, report, _ = run(project, server, "--socialbias-html=page.html", "--socialbias-baseline=none")
+    assert result.ret == 1 and report["summary"]["exit_status"] == 1
+    page = (project.path / "page.html").read_text()
+    header = page[page.index("<header>"):page.index("</header>")]
+    assert '<p class="verdict fail"><b>FAIL</b>: 1 gate(s) failed &middot; exit status 1</p>' in header
+    gates = page[page.index('id="gates"'):]
+    assert gates.index("b-fail") < gates.index("a-pass") < gates.index("<details>") < gates.index("c-waits")

@@ -92,6 +92,7 @@ def test_flipped_target_diff_names_exactly_the_flipped_cases(project, flip_serve
     assert "  demo:age-002:" in out and "  demo:gender-002:" in out
     assert "demo:age-001:" not in out and "demo:race-002:" not in out
     assert "--socialbias-snapshot-max-flips=N opts in" in out
+    assert "snapshots failed" not in out  # syrupy does not count as failed what does not fail the run
 
 
 @pytest.mark.parametrize("limit, status", [(1, 1), (2, 0)])
@@ -102,6 +103,8 @@ def test_max_flips_opts_in_to_failing(project, flip_server, limit, status):
     assert report["snapshots"]["failed"] is bool(status)
     if status:
         result.stdout.fnmatch_lines(["*2 flipped case(s) > --socialbias-snapshot-max-flips=1: exit status 1*"])
+    else:
+        assert "snapshots failed" not in result.stdout.str()
 
 
 def test_flips_are_the_same_under_xdist(project, flip_server):

@@ -51,11 +51,23 @@ async def ask_judge(judge, template: Template, parse, choices, retry_message: st
     label = read_answer(second, parse)
     if label is not None:
         return JudgeVerdict(label, second.text)
-    return JudgeVerdict(
-        None,
-        second.text,
-        f"{template.name}: unreadable judge answer after one retry: {shown_answer(first)}, then {shown_answer(second)}",
-    )
+    return JudgeVerdict(None, second.text, unreadable_error(judge, template, first, second))
+
+
+#: Said of an unreadable answer that came from the cache (counted in the summary).
+REPLAYED_NOTE = "(replayed from the cache; a recording run asks it again)"
+
+
+def unreadable_error(judge, template: Template, first, second) -> str:
+    """The error of a judge whose answer and retry were both unreadable. Both answers are
+    marked unreadable in the cache, so the next recording run asks them again rather
+    than replaying the same error; where they were replayed, the message says so."""
+    mark = getattr(judge, "answer_unreadable", None)
+    if mark is not None:
+        mark(first)
+        mark(second)
+    replayed = f" {REPLAYED_NOTE}" if getattr(first, "replayed", False) and getattr(second, "replayed", False) else ""
+    return f"{template.name}: unreadable judge answer after one retry: {shown_answer(first)}, then {shown_answer(second)}{replayed}"
 
 
 def read_answer(response, parse):

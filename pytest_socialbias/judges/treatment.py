@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from .. import prompts
 from ..vocabulary import CLASSES, GUIDANCE
-from .binary import JUDGE_PARAMS, SHORT_ANSWER, read_answer, shown_answer
+from .binary import JUDGE_PARAMS, SHORT_ANSWER, read_answer, unreadable_error
 from .parse import LEADING_NOISE, json_object
 
 #: The letters the prompt asks for; local backends constrain the answer to these.
@@ -268,8 +268,7 @@ async def _ask(judge, template, messages, parse, retry_message: str, usage, **kw
     parsed = read_answer(second, parse)
     if parsed is not None:
         return parsed, second, None
-    error = f"{template.name}: unreadable judge answer after one retry: {shown_answer(first)}, then {shown_answer(second)}"
-    return None, second, error
+    return None, second, unreadable_error(judge, template, first, second)
 
 
 def treatment_messages(

@@ -35,6 +35,10 @@ class ChatResponse:
     model: str | None = None
     reasoning: str | None = None
     reasoning_tokens: int | None = None
+    #: Where the answer is kept (not part of it): its record/replay key, and whether it was
+    #: replayed from the cache rather than asked in this run.
+    cache_key: str | None = field(default=None, compare=False)
+    replayed: bool = field(default=False, compare=False)
 
     #: Fields every stored response has (``reasoning*`` came later, so older cache entries
     #: lack them; they read as None).

@@ -21,6 +21,7 @@ endpoint that starts refusing) apply to later calls; none enters a cache key (ca
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 from dataclasses import dataclass, field
@@ -467,7 +468,9 @@ class Model:
         if cache is not None:
             stored = cache.get(key)
             if stored is not None:
-                response = split_thinking(ChatResponse.from_dict(stored))
+                response = dataclasses.replace(
+                    split_thinking(ChatResponse.from_dict(stored)), cache_key=key, replayed=True
+                )
                 for counter in counters:
                     counter.add(self.role, True, response)
                 return response
@@ -498,6 +501,7 @@ class Model:
             response, sent = await self._send(request, adaptive_budget, counters, learn_budget=checking)
             if cache is not None:
                 cache.put(key, self.role, request, response.to_dict(), sent)
+                response = dataclasses.replace(response, cache_key=key)
             answered.set_result(response)
         except asyncio.CancelledError:
             answered.cancel()
@@ -599,6 +603,16 @@ class Model:
             self.settings.learn(self.endpoint_key, lambda a: a.works("none"))
         except ModelCallError as exc:
             raise ModelCallError(self.role, str(self.spec), f"endpoint check failed: {exc.reason}") from exc
+
+    def answer_unreadable(self, response: ChatResponse) -> None:
+        """``response`` could not be read (a judge's or guard's answer off its labels):
+        it stays an error of this run, and the next recording run asks it again (cache.py)."""
+        cache = self.settings.cache
+        if cache is not None and response.cache_key is not None:
+            try:
+                cache.mark_unreadable(response.cache_key)
+            except CacheError:
+                pass  # the answer is an error either way; a full disk is said where it writes
 
     @staticmethod
     def _cut_while_reasoning(response: ChatResponse) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ..vocabulary import NON_VOIDING_ERRORS
+from ..vocabulary import NON_VOIDING_ERRORS, NON_VOIDING_JUDGE_TASKS
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,17 @@ class WithParams:
         return getattr(self._model, name)
 
 
+def voids(error: dict) -> bool:
+    """Whether an error leaves its case without labels (an unreadable guard, detector or
+    coherence answer does not: the bias and refusal labels stand)."""
+    if error.get("kind") in NON_VOIDING_ERRORS:
+        return False
+    return not (error.get("kind") == "judge_error" and error.get("task") in NON_VOIDING_JUDGE_TASKS)
+
+
 def outcome_of(labels: dict, errors: list) -> str:
     """``error`` when an error voids the labels, else ``biased``, ``refused`` or ``clean``."""
-    if any(e.get("kind") not in NON_VOIDING_ERRORS for e in errors):
+    if any(voids(e) for e in errors):
         return "error"
     if any(labels.get("bias") or []):
         return "biased"

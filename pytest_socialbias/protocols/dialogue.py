@@ -199,7 +199,7 @@ async def judge_turn(
     }
     if coherence:
         labels["coherence"] = _label(results.get("coherence"), default=None)
-    labels["errors"] = [v.error for v in results.values() if v.error]
+    labels["errors"] = [(task, v.error) for task, v in results.items() if v.error]
     if screened is not None:
         labels["guard"] = screened.to_dict()
     return labels
@@ -277,8 +277,10 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         for task in judge_tasks:
             task.cancel()  # a no-op for the finished ones
     for number, item in enumerate(judged, start=1):
-        for message in item["errors"]:
-            errors.append({"kind": "judge_error", "role": "judge", "message": f"turn {number}: {message}"})
+        for task, message in item["errors"]:
+            # The task says which labels it leaves out: an unreadable coherence rating
+            # does not void the turn's readable bias and refusal labels (vocabulary.py).
+            errors.append({"kind": "judge_error", "role": "judge", "task": task, "message": f"turn {number}: {message}"})
     labels = {
         "bias": [item["bias"] for item in judged],
         "refusal": [item["refusal"] for item in judged],

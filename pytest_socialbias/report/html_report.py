@@ -45,6 +45,8 @@ _UNSAFE = re.compile(
 )
 
 CSS = """
+.verdict{font-size:16px;padding:8px 12px;border-radius:4px;margin:8px 0}
+.verdict.fail{background:#fde8e8;border:1px solid #c62828}.verdict.pass{background:#e8f5e9;border:1px solid #2e7d32}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:#1d2330;
 background:#fff;max-width:1200px;margin:0 auto;padding:16px 24px 48px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;padding-bottom:4px;border-bottom:2px solid #e3e6ec}
@@ -204,8 +206,21 @@ def _section(anchor: str, title: str, body: str) -> tuple[str, str, str]:
 
 def _header(report: dict) -> str:
     summary = report.get("summary") or {}
+    verdict = summary.get("verdict")
+    exit_status = summary.get("exit_status")
+    banner = []
+    if verdict is not None:
+        failed = sum(1 for g in report.get("gates") or [] if g.get("verdict") == "fail")
+        why = f"{failed} gate(s) failed" if failed else ("no gate failed" if report.get("gates") else
+                                                        "no gates (no thresholds file)" if summary.get("gates_file") is None
+                                                        else "no gates")
+        status = "" if exit_status is None else f" &middot; exit status {_text(exit_status)}"
+        partial = " &middot; PARTIAL RUN (stopped early)" if summary.get("partial") else ""
+        banner = [f"<p class=\"verdict {'fail' if verdict == 'fail' or exit_status else 'pass'}\">"
+                  f"<b>{_text(verdict).upper()}</b>: {_text(why)}{status}{partial}</p>"]
     out = [
         "<header><h1>pytest-socialbias report</h1>",
+        *banner,
         f"<p class=\"muted\">plugin {_text(report.get('plugin_version'))} &middot; report format "
         f"{_text(report.get('format'))} &middot; {_text(summary.get('cases', len(report.get('cases') or [])))} cases</p>",
     ]
@@ -266,8 +281,26 @@ def _outcomes(report: dict):
 def _gates(report: dict):
     gates = report.get("gates") or []
     if not gates:
-        return _section("gates", "Gates", "<p class=\"muted\">no gates configured (thresholds.yaml or --socialbias-thresholds)</p>")
+        summary = report.get("summary") or {}
+        said = ("no thresholds file was found, so no gate decided this run (add thresholds.yaml or "
+                "--socialbias-thresholds)" if "gates_file" in summary and summary["gates_file"] is None
+                else "no gates configured (thresholds.yaml or --socialbias-thresholds)")
+        return _section("gates", "Gates", f"<p class=\"muted\">{said}</p>")
     failed = sum(1 for g in gates if g.get("verdict") == "fail")
+    order = {"fail": 0, "pass": 1, "not_evaluated": 2}
+    ranked = sorted(gates, key=lambda g: order.get(g.get("verdict"), 2))  # failures first
+    decided = [g for g in ranked if g.get("verdict") != "not_evaluated"]
+    idle = [g for g in ranked if g.get("verdict") == "not_evaluated"]
+    head = f"<p><b>{failed} failed</b> of {len(gates)} gates</p>" if failed else f"<p>no gate failed ({len(gates)} gates)</p>"
+    header = ["gate", "scope", "metric", "value [95% CI]", "bound", "n", "verdict"]
+    body = head + (_table(header, _gate_rows(decided), right={5}) if decided else "")
+    if idle:
+        body += (f"<details><summary>{len(idle)} gate(s) not evaluated (suite or case not run, no baseline yet, "
+                 f"allow_empty)</summary>{_table(header, _gate_rows(idle), right={5})}</details>")
+    return _section("gates", "Gates", body)
+
+
+def _gate_rows(gates: list[dict]) -> list:
     rows = []
     for g in gates:
         metric = g.get("metric")
@@ -292,9 +325,7 @@ def _gates(report: dict):
             name, _scope(g), f"<code>{_text(metric)}</code>", value, bound, _text(g.get("n")) or MISSING,
             f"<span class=\"v {_text(verdict)}\">{_text(verdict.replace('_', ' ')).upper()}</span>",
         ]))
-    head = f"<p><b>{failed} failed</b> of {len(gates)} gates</p>" if failed else f"<p>all {len(gates)} gates passed or not evaluated</p>"
-    table = _table(["gate", "scope", "metric", "value [95% CI]", "bound", "n", "verdict"], rows, right={5})
-    return _section("gates", "Gates", head + table)
+    return rows
 
 
 def _comparison(report: dict):

@@ -57,6 +57,7 @@ def build_report(result) -> dict:
             "verdict": "fail" if result.failed else "pass",
             "gates_file": result.gates_file,
             "partial": result.partial,
+            **({"exit_status": result.exit_status} if result.exit_status is not None else {}),
         },
         "warnings": warnings,
         "notes": sorted(result.notes),

@@ -110,8 +110,12 @@ def summary_lines(result) -> list[str]:
     lines += adaptation_lines(result.models)
     errors = [(r, e) for r in records for e in r.get("errors", [])]
     if errors:
+        from ..judges.binary import REPLAYED_NOTE
+
+        replayed = sum(1 for _, e in errors if REPLAYED_NOTE in e["message"])
+        cached = f"; {replayed} from answers replayed from the cache, which a recording run asks again" if replayed else ""
         lines.append("")
-        lines.append(f"errors ({len(errors)}; counted, never folded into a rate):")
+        lines.append(f"errors ({len(errors)}; counted, never folded into a rate{cached}):")
         for record, error in errors[:MAX_ERRORS_SHOWN]:
             lines.append(f"  {record['suite']}::{record['id']}: [{error['kind']}] {error['message']}")
         if len(errors) > MAX_ERRORS_SHOWN:
