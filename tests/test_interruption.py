@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -39,6 +40,23 @@ def request_key(request) -> str:
     return json.dumps([request.model, request.messages, request.params], sort_keys=True)
 
 
+class HeldAfter:
+    """The fake world; from ``hold_after`` requests on, each waits for ``released`` (so a
+    run cannot finish before the test kills it, however slowly the test is scheduled)."""
+
+    def __init__(self):
+        self.received = 0
+        self.hold_after: int | None = None
+        self.released = threading.Event()
+
+    async def __call__(self, req):
+        self.received += 1
+        if self.hold_after is not None and self.received > self.hold_after:
+            while not self.released.is_set():
+                await asyncio.sleep(0.005)
+        return fakeworld.script(req)
+
+
 def test_sigkill_then_rerun_repeats_no_completed_call(tmp_path):
     cases = [(f"age-{i:03d}", "age", ("BIASME " if i % 3 == 0 else "") + f"statement {i}.") for i in range(6)]
     (tmp_path / "demo.yaml").write_text(suite_yaml(cases, turns=2))
@@ -48,7 +66,8 @@ def test_sigkill_then_rerun_repeats_no_completed_call(tmp_path):
     clean = tmp_path / "clean"
     clean.mkdir()
     (clean / "demo.yaml").write_text(suite_yaml(cases, turns=2))
-    with FakeServer(fakeworld.script, latency=0.05) as server:
+    world = HeldAfter()
+    with FakeServer(world, latency=0.05) as server:
         done = subprocess.run(pytest_command(server, "r.json"), cwd=clean, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout
         full_count = server.request_count
@@ -56,13 +75,18 @@ def test_sigkill_then_rerun_repeats_no_completed_call(tmp_path):
         expected = read_report(clean / "r.json")
 
         server.clear()
+        world.received, world.hold_after = 0, full_count // 2
         proc = subprocess.Popen(pytest_command(server, "r.json"), cwd=tmp_path, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while server.request_count < full_count // 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        try:
+            deadline = time.monotonic() + 120  # a bound for a stuck run, not a wait
+            while server.request_count < full_count // 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        finally:
+            world.released.set()
+            world.hold_after = None
         first = server.requests
         assert 0 < len(first) < full_count
 

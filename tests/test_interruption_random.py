@@ -19,6 +19,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -39,13 +40,24 @@ CASES = [(f"c-{i:02d}", ("age", "gender", "race")[i % 3], plan) for i, plan in e
 
 
 class TimedWorld:
-    """DymtWorld answering after LATENCY, logging (request key, time the answer left)."""
+    """DymtWorld answering after LATENCY, logging (request key, time the answer left).
+
+    ``hold_after``: from that many requests on, each waits (before answering) until
+    ``released`` is set, so that a run cannot finish before the test has sent its signal,
+    however slowly the test itself gets scheduled on a loaded machine."""
 
     def __init__(self):
         self.world = DymtWorld()
         self.answered: list[tuple[str, float]] = []
+        self.received = 0
+        self.hold_after: int | None = None
+        self.released = threading.Event()
 
     async def __call__(self, req):
+        self.received += 1
+        if self.hold_after is not None and self.received > self.hold_after:
+            while not self.released.is_set():
+                await asyncio.sleep(0.005)
         await asyncio.sleep(LATENCY)
         answer = self.world(req)
         self.answered.append((request_key(req), time.monotonic()))
@@ -138,16 +150,22 @@ def test_interrupted_run_then_rerun(server, timed, clean, tmp_path, signame, poi
 
     server.clear()
     timed.answered.clear()
+    timed.received, timed.hold_after = 0, wait_for  # requests past the kill point wait for the signal
+    timed.released.clear()
     proc = subprocess.Popen(pytest_command(server, path), cwd=path, env=env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while server.request_count < wait_for and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-    time.sleep(delay)
-    assert proc.poll() is None, "the run ended before the signal; lower the kill points"
-    killed_at = time.monotonic()
-    proc.send_signal(getattr(signal, signame))
-    out, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120  # a bound for a stuck run, not a wait
+        while server.request_count < wait_for and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(delay)  # a random part of a call: the answers in flight may or may not be back
+        assert proc.poll() is None, "the run ended before the signal"
+        killed_at = time.monotonic()
+        proc.send_signal(getattr(signal, signame))
+    finally:
+        timed.released.set()
+        timed.hold_after = None
+    out, err = proc.communicate(timeout=120)
     first = {request_key(r) for r in server.requests}
     answered = {key for key, at in timed.answered if at < killed_at}
     assert 0 < len(first) < len(clean_keys)
