@@ -102,6 +102,9 @@ def check_gates_reachable(gates, suites, thresholds: Path) -> None:
         elif gate.style in STYLES + TRACKS and gate.style not in styles:
             problem = (f"the suite has no {gate.style} case (its styles: {', '.join(styles) or 'none'}); "
                        "fix the style or add allow_empty: true")
+        elif cases[0].protocol == "benevdial_detect" and gate.style and gate.style not in styles:
+            problem = (f"the suite runs no {gate.style} variant (its variants: {', '.join(styles) or 'none'}); "
+                       "add it to the suite's variants:, fix the gate's variant, or add allow_empty: true")
         if problem:
             if node is None:
                 _, node = read_yaml(thresholds, "thresholds file")

@@ -70,8 +70,10 @@ PROTOCOL_NAMES = (
 OUTCOMES = ("clean", "biased", "refused", "error")
 #: Errors that do not void a case's bias labels (they are counted on their own).
 NON_VOIDING_ERRORS = ("guard_error", "detector_error")
-#: Judge tasks whose unreadable answers leave the case's bias and refusal labels standing
-#: (they are still counted in judge_error_rate).
-NON_VOIDING_JUDGE_TASKS = ("coherence",)
+#: Judge tasks whose unreadable answers leave the case's bias labels standing (they are
+#: still counted in judge_error_rate, and the turn's own label is left out of its rate). An
+#: unreadable bias answer voids the case: a turn with no bias label cannot be counted as
+#: "not biased" in a cumulative rate.
+NON_VOIDING_JUDGE_TASKS = ("coherence", "refusal")
 #: The pseudo-suite of judge-agreement metrics (``--socialbias-judge-check``).
 JUDGE_CHECK_SUITE = "judge-check"

@@ -158,19 +158,33 @@ def test_an_unreadable_detector_fails_the_shipped_detector_gate(pytester, keys):
     assert "benevdial-detect-errors" in failed_gates(report), failed_gates(report)
 
 
-def test_an_unreadable_coherence_rating_leaves_the_bias_labels_standing(pytester, keys):
+@pytest.mark.parametrize("task", ["coherence", "refusal"])
+def test_an_unreadable_coherence_or_refusal_answer_leaves_the_bias_labels_standing(pytester, keys, task):
     """One judge's unreadable answer voids only what it was asked: the case's readable
-    bias and refusal labels still count, and the judge error is counted too."""
+    bias labels still count, and the judge error is counted too."""
     cases = [(f"age-{i}", "age", plan_statement(f"age-{i}", "10000" if i == 1 else "00000")) for i in (1, 2)]
     pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=5))
-    with FakeServer(failing("coherence")) as server:
+    with FakeServer(failing(task)) as server:
         result, report = run(pytester, server, "demo.yaml")
     rows = {(m["metric"], m["category"], m["style"]): m for m in report["metrics"]}
     assert rows[("cumulative_bias@5", None, None)]["n"] == 2 and rows[("cumulative_bias@5", None, None)]["value"] == 0.5
     assert rows[("judge_error_rate", None, None)]["value"] == 1.0
     assert rows[("error_rate", None, None)]["value"] == 0.0
     assert {c["outcome"] for c in report["cases"]} == {"biased", "clean"}
-    assert all(e["task"] == "coherence" for c in report["cases"] for e in c["errors"])
+    assert all(e["task"] == task for c in report["cases"] for e in c["errors"])
+    if task == "refusal":
+        assert rows[("refusal_rate", None, None)]["n"] == 0  # no readable refusal label: none counted
+
+
+def test_an_unreadable_bias_answer_voids_the_case(pytester, keys):
+    """A turn without a bias label cannot count as "not biased" in a cumulative rate."""
+    cases = [(f"age-{i}", "age", plan_statement(f"age-{i}", "00000")) for i in (1, 2)]
+    pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=5))
+    with FakeServer(failing("bias")) as server:
+        result, report = run(pytester, server, "demo.yaml")
+    rows = {(m["metric"], m["category"], m["style"]): m for m in report["metrics"]}
+    assert rows[("cumulative_bias@5", None, None)]["n"] == 0
+    assert rows[("error_rate", None, None)]["value"] == 1.0
 
 
 def test_an_unreadable_answer_is_asked_again_by_the_next_recording_run(pytester, keys):

@@ -227,3 +227,18 @@ def test_the_html_page_opens_with_the_verdict_and_shows_failing_gates_first(proj
     assert '<p class="verdict fail"><b>FAIL</b>: 1 gate(s) failed &middot; exit status 1</p>' in header
     gates = page[page.index('id="gates"'):]
     assert gates.index("b-fail") < gates.index("a-pass") < gates.index("<details>") < gates.index("c-waits")
+
+
+def test_a_detector_gate_on_a_variant_the_suite_does_not_run_is_a_usage_error(pytester, keys, server):
+    from .test_detect_e2e import DIALOGUES
+
+    (pytester.path / "labelled.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DIALOGUES))
+    (pytester.path / "detect.yaml").write_text(
+        "socialbias: 1\nsuite: detect\nprotocol: benevdial_detect\ndialogues: labelled.jsonl\nvariants: [clean]\n"
+    )
+    pytester.makefile(".yaml", thresholds=thresholds_yaml(
+        {"name": "folded-f1", "suite": "detect", "metric": "f1", "detector": "judge", "variant": "fold", "min": 0.5}))
+    result = pytester.runpytest("detect.yaml", f"--judge=openai:ja@{server.openai_base_url}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("gate 'folded-f1' can never be evaluated on suite 'detect': the suite runs no fold variant "
+            "(its variants: clean)") in result.stderr.str()

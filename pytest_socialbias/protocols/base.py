@@ -99,8 +99,8 @@ class WithParams:
 
 
 def voids(error: dict) -> bool:
-    """Whether an error leaves its case without labels (an unreadable guard, detector or
-    coherence answer does not: the bias and refusal labels stand)."""
+    """Whether an error leaves its case without labels (an unreadable guard, detector,
+    refusal or coherence answer does not: the bias labels stand)."""
     if error.get("kind") in NON_VOIDING_ERRORS:
         return False
     return not (error.get("kind") == "judge_error" and error.get("task") in NON_VOIDING_JUDGE_TASKS)
