@@ -2,9 +2,10 @@
 
 A gate names a suite and a metric (optionally a category and/or a style) and a bound,
 ``max`` or ``min``. ``compare`` says which number meets the bound: ``point`` (the estimate),
-``ci_high`` or ``ci_low`` (the Wilson 95% interval's ends). ``max`` with ``ci_high`` is the
-strict reading (fail unless the rate is shown to be below the bound); ``max`` with
-``ci_low`` fails only when the rate is shown to be above it.
+``ci_high`` or ``ci_low`` (the ends of the row's 95% interval, whichever method its
+``ci_method`` names). ``max`` with ``ci_high`` is the strict reading (fail unless the
+rate is shown to be below the bound); ``max`` with ``ci_low`` fails only when the rate
+is shown to be above it.
 
 A ``no_regression`` gate compares the metric with the baseline report
 (``--socialbias-baseline``, see compare.py): it fails when a paired test finds the metric

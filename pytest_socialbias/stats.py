@@ -314,8 +314,8 @@ def paired_diff_interval(n11: int, n10: int, n01: int, n00: int, confidence: flo
         return (-1.0, 1.0)
     p1 = (n11 + n01) / n
     p2 = (n11 + n10) / n
-    l1, u1 = wilson_interval(n11 + n01, n, z)
-    l2, u2 = wilson_interval(n11 + n10, n, z)
+    l1, u1 = wilson_interval(n11 + n01, n, z, corrected=False)  # Newcombe's method 10, as published
+    l2, u2 = wilson_interval(n11 + n10, n, z, corrected=False)
     phi = _newcombe_phi(n11, n10, n01, n00)
     below = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     above = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))

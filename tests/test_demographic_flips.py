@@ -67,8 +67,9 @@ def test_labels_that_moved_per_class_by_hand(project):
     assert {t: (f["n"], f["unreadable"], f["moved"]["count"]) for t, f in flips.items()} == {"N": (2, 0, 1), "OB": (2, 0, 1), "BB": (2, 0, 0)}
     moves = {(t["from"], t["to"]): t for t in flips["N"]["transitions"]}
     assert (moves[("N", "BB")]["count"], moves[("N", "BB")]["share"]) == (1, 0.5)
-    # Wilson 95% interval of 1/2: 0.5 -/+ z sqrt(1/8 + z^2/16) / (1 + z^2/2) = 0.5 -/+ 0.40547.
-    assert (moves[("N", "BB")]["ci_low"], moves[("N", "BB")]["ci_high"]) == pytest.approx((0.094531, 0.905469), abs=2e-6)
+    # Wilson's continuity-corrected 95% interval of 1/2 (Newcombe 1998, method 4):
+    # (2 + z^2 - 1 - z sqrt(z^2 - 2 - 1/2 + 4 * 0.5 * 2)) / (2 (2 + z^2)) = 0.026677.
+    assert (moves[("N", "BB")]["ci_low"], moves[("N", "BB")]["ci_high"]) == pytest.approx((0.026677, 0.973323), abs=2e-6)
     assert sum(t["count"] for t in flips["N"]["transitions"]) == 1
     assert {(t["from"], t["to"]) for t in flips["OB"]["transitions"] if t["count"]} == {("OB", "BB")}
     assert flips["N"]["new_errors"]["count"] == 1 and flips["OB"]["new_errors"]["count"] == 1

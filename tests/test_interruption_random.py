@@ -153,7 +153,10 @@ def test_interrupted_run_then_rerun(server, timed, clean, tmp_path, signame, poi
     timed.received, timed.hold_after = 0, wait_for  # requests past the kill point wait for the signal
     timed.released.clear()
     proc = subprocess.Popen(pytest_command(server, path), cwd=path, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # A shell in the background starts children with SIGINT ignored,
+                            # and Python then installs no KeyboardInterrupt: restore it.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120  # a bound for a stuck run, not a wait
         while server.request_count < wait_for and proc.poll() is None and time.monotonic() < deadline:

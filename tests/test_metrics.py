@@ -30,10 +30,21 @@ from pytest_socialbias.metrics import (
 Z = 1.959963984540054
 
 
-def wilson_closed_form(k: int, n: int, z: float = Z) -> tuple[float, float]:
-    """Wilson (1927) bounds written as (2k + z^2 -+ z sqrt(z^2 + 4k(n-k)/n)) / (2(n + z^2))."""
-    root = z * math.sqrt(z * z + 4 * k * (n - k) / n)
-    return (2 * k + z * z - root) / (2 * (n + z * z)), (2 * k + z * z + root) / (2 * (n + z * z))
+def wilson_cc_closed_form(k: int, n: int, z: float = Z) -> tuple[float, float]:
+    """Newcombe (1998) method 4, Wilson's score interval with continuity correction:
+    (2np + z^2 -/+ 1 -/+ z sqrt(z^2 -/+ 2 - 1/n +/- 4p(nq +/- 1))) / (2(n + z^2)); the end
+    at 0 for k = 0 and at 1 for k = n."""
+    p, q = k / n, 1 - k / n
+    low = 0.0 if k == 0 else (2 * n * p + z * z - 1 - z * math.sqrt(z * z - 2 - 1 / n + 4 * p * (n * q + 1))) / (2 * (n + z * z))
+    high = 1.0 if k == n else (2 * n * p + z * z + 1 + z * math.sqrt(z * z + 2 - 1 / n + 4 * p * (n * q - 1))) / (2 * (n + z * z))
+    return low, high
+
+
+def binomial_coverage(interval, n: int, p: float) -> float:
+    """The exact coverage of ``interval(k, n)`` at true p: the probability of the k whose
+    interval holds p."""
+    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1)
+               if interval(k, n)[0] <= p <= interval(k, n)[1])
 
 
 # --------------------------------------------------------------------------- wilson_interval
@@ -42,28 +53,37 @@ def wilson_closed_form(k: int, n: int, z: float = Z) -> tuple[float, float]:
 @pytest.mark.parametrize("k, n", [(0, 10), (1, 10), (5, 10), (9, 10), (10, 10), (3, 7), (0, 1), (1, 1), (37, 250)])
 def test_wilson_matches_closed_form(k, n):
     low, high = wilson_interval(k, n)
-    exp_low, exp_high = wilson_closed_form(k, n)
-    assert low == pytest.approx(max(0.0, exp_low), abs=1e-12)
-    assert high == pytest.approx(min(1.0, exp_high), abs=1e-12)
+    exp_low, exp_high = wilson_cc_closed_form(k, n)
+    assert low == pytest.approx(max(0.0, min(k / n, exp_low)), abs=1e-12)
+    assert high == pytest.approx(min(1.0, max(k / n, exp_high)), abs=1e-12)
     assert 0.0 <= low <= high <= 1.0
     # the interval holds the point estimate (up to rounding at the k = 0 / k = n edges)
     assert low - 1e-12 <= k / n <= high + 1e-12
 
 
-def test_wilson_literature_value_half():
-    low, high = wilson_interval(5, 10)
-    assert low == pytest.approx(0.2366, abs=5e-5)
-    assert high == pytest.approx(0.7634, abs=5e-5)
+@pytest.mark.parametrize("k, n, expected", [
+    # Newcombe (1998), Table I, method 4 (score interval with continuity correction).
+    (81, 263, (0.2535, 0.3682)), (15, 148, (0.0598, 0.1644)), (0, 20, (0.0, 0.2005)),
+    (1, 29, (0.0018, 0.1963)), (29, 29, (0.8544, 1.0)),
+])
+def test_wilson_published_values(k, n, expected):
+    assert wilson_interval(k, n) == pytest.approx(expected, abs=5e-5)
+
+
+@pytest.mark.parametrize("n", [10, 30, 100])
+def test_wilson_coverage_holds_near_the_edges_where_the_plain_score_interval_dips(n):
+    """The plain score interval covers 90.4% at n = 10, p = 0.01 (92.1% at n = 100): the
+    continuity correction holds at least 95% there, and the plain one does not."""
+    for p in (0.01, 0.05, 0.3, 0.5, 0.95, 0.99):
+        assert binomial_coverage(wilson_interval, n, p) >= 0.95, p
+    plain = lambda k, m: wilson_interval(k, m, corrected=False)  # noqa: E731
+    assert min(binomial_coverage(plain, n, p) for p in (0.01, 0.05, 0.3, 0.95, 0.99)) < 0.93
 
 
 def test_wilson_extremes():
-    low, high = wilson_interval(0, 10)
-    assert low == pytest.approx(0.0, abs=1e-12)
-    assert high == pytest.approx(0.2775, abs=5e-5)
-    low, high = wilson_interval(10, 10)
-    assert low == pytest.approx(0.7225, abs=5e-5)
-    assert high == pytest.approx(1.0, abs=1e-12)
-    assert high <= 1.0
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.3445), abs=5e-5)
+    assert wilson_interval(10, 10) == pytest.approx((0.6555, 1.0), abs=5e-5)
+    assert wilson_interval(0, 1)[1] > 0.9  # one unit says little, and the width says so
 
 
 @pytest.mark.parametrize("n", [0, -1])
@@ -81,8 +101,7 @@ def test_wilson_z_argument_is_used():
     narrow = wilson_interval(5, 10, z=1.0)
     wide = wilson_interval(5, 10)
     assert narrow[1] - narrow[0] < wide[1] - wide[0]
-    exp = wilson_closed_form(5, 10, z=1.0)
-    assert narrow == pytest.approx(exp, abs=1e-12)
+    assert narrow == pytest.approx(wilson_cc_closed_form(5, 10, z=1.0), abs=1e-12)
 
 
 # --------------------------------------------------------------------------- turn-wise counts
@@ -168,9 +187,9 @@ def check(row, k, n):
     assert row["n"] == n
     assert row["value"] == round(k / n, 6)
     if row["metric"] in ("refusal_rate", "guard_blocked_rate", "bias_rate_passed", "guard_error_rate"):
-        # A share of replies: replies of one dialogue move together, so its interval
-        # resamples dialogues (checked against a hand computation in test_reply_rates_...).
-        assert row["ci_method"] == "bootstrap over dialogues"
+        # A share of replies: replies of one dialogue move together, so its interval's
+        # sample size is the design-effect one (checked by hand in test_reply_rates_...).
+        assert row["ci_method"] == "cluster wilson"
         assert row["ci_low"] <= row["value"] <= row["ci_high"]
         return
     assert row["ci_method"] == "wilson"
@@ -794,19 +813,56 @@ def test_turn_families_sort_numerically_next_to_each_other():
     )
 
 
-def test_reply_rates_resample_dialogues_not_replies():
+def refusal_records(dialogues: int, replies: int, refusing: int) -> list[dict]:
+    """``dialogues`` dialogues of ``replies`` replies; the first ``refusing`` refuse every time."""
+    return [
+        {"id": f"d{i}", "suite": "s", "protocol": "dymt", "category": "age", "style": None, "outcome": "clean",
+         "labels": {"bias": [0] * replies, "refusal": [1 if i < refusing else 0] * replies}, "errors": [],
+         "turns_planned": replies}
+        for i in range(dialogues)
+    ]
+
+
+def test_reply_rates_count_dialogues_not_replies():
     """Issue fixture: 2 of 10 dialogues refuse at all 5 turns. Wilson over the 50 replies
-    said (0.112, 0.330); replies of one dialogue move together, and the bootstrap over
-    dialogues says (0.0, 0.5)."""
+    said (0.112, 0.330) as if they were independent; with the design effect of the
+    dialogues, the effective sample is the 10 dialogues (every dialogue all one way)."""
+    row = index(compute_metrics(refusal_records(10, 5, 2)))[("s", "refusal_rate", None, None)]
+    assert (row["value"], row["n"], row["ci_method"]) == (0.2, 50, "cluster wilson")
+    assert (row["ci_low"], row["ci_high"]) == tuple(round(x, 6) for x in wilson_interval(2, 10))
+    assert wilson_interval(10, 50, corrected=False) == pytest.approx((0.112, 0.330), abs=0.001)  # what it was once
+    share = index(compute_metrics(refusal_records(10, 5, 2)))[("s", "cumulative_bias@5", None, None)]
+    assert share["ci_method"] == "wilson"  # one outcome per dialogue: Wilson stays
+
+
+@pytest.mark.parametrize("dialogues, replies, before", [(1, 2, (0.0, 0.0)), (2, 5, (0.0, 0.0)), (10, 5, (0.0, 0.0))])
+def test_a_reply_rate_with_no_event_is_never_an_interval_of_zero_width(dialogues, replies, before):
+    """Issue fixtures: no refusal at all gave (0, 0) from the bootstrap over dialogues (so
+    `refusal_rate max: 0.05 compare: ci_high` passed on one dialogue). Now the upper end is
+    at least Wilson's over the dialogues, the independent units."""
+    row = index(compute_metrics(refusal_records(dialogues, replies, 0)))[("s", "refusal_rate", None, None)]
+    assert (row["ci_low"], row["ci_high"]) != before
+    assert row["ci_low"] == 0.0 and row["ci_high"] >= wilson_interval(0, dialogues, corrected=False)[1]
+    assert row["ci_high"] > 0.05  # the gate of the issue can no longer pass on this evidence
+    every = index(compute_metrics(refusal_records(dialogues, replies, dialogues)))[("s", "refusal_rate", None, None)]
+    assert every["ci_high"] == 1.0 and every["ci_low"] <= wilson_interval(dialogues, dialogues, corrected=False)[0]
+
+
+def test_independent_replies_get_the_replies_sample_size():
+    """When replies vary within dialogues as much as between them, the effective sample
+    is (about) the replies, not the dialogues: no width is lost to the clustering."""
+    import random as rnd
+
+    rng = rnd.Random(3)
     records = [
         {"id": f"d{i}", "suite": "s", "protocol": "dymt", "category": "age", "style": None, "outcome": "clean",
-         "labels": {"bias": [0] * 5, "refusal": [1 if i < 2 else 0] * 5}, "errors": [], "turns_planned": 5}
-        for i in range(10)
+         "labels": {"bias": [0] * 10, "refusal": [int(rng.random() < 0.3) for _ in range(10)]}, "errors": [],
+         "turns_planned": 10}
+        for i in range(100)
     ]
     row = index(compute_metrics(records))[("s", "refusal_rate", None, None)]
-    assert (row["value"], row["n"]) == (0.2, 50)
-    assert row["ci_method"] == "bootstrap over dialogues"
-    assert (row["ci_low"], row["ci_high"]) == (0.0, 0.5)
-    assert wilson_interval(10, 50) == pytest.approx((0.112, 0.330), abs=0.001)  # what it was
-    share = index(compute_metrics(records))[("s", "cumulative_bias@5", None, None)]
-    assert share["ci_method"] == "wilson"  # one outcome per dialogue: Wilson stays
+    events = sum(sum(r["labels"]["refusal"]) for r in records)
+    low, high = wilson_interval(events, 1000)
+    assert row["ci_high"] - row["ci_low"] < 1.3 * (high - low)
+    dialogues = wilson_interval(round(events / 10), 100)
+    assert row["ci_high"] - row["ci_low"] < 0.6 * (dialogues[1] - dialogues[0])

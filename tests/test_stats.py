@@ -220,6 +220,16 @@ def wilson(k: int, n: int, z: float) -> tuple[float, float]:
     return (2 * k + z * z - root) / (2 * (n + z * z)), (2 * k + z * z + root) / (2 * (n + z * z))
 
 
+def wilson_cc(k: int, n: int, z: float) -> tuple[float, float]:
+    """Wilson's interval with continuity correction (Newcombe 1998, method 4):
+    (2np + z^2 -/+ 1 -/+ z sqrt(z^2 -/+ 2 - 1/n +/- 4p(nq +/- 1))) / (2(n + z^2)), 0 and 1
+    at k = 0 and k = n."""
+    p, q = k / n, 1 - k / n
+    low = 0.0 if k == 0 else (2 * n * p + z * z - 1 - z * math.sqrt(z * z - 2 - 1 / n + 4 * p * (n * q + 1))) / (2 * (n + z * z))
+    high = 1.0 if k == n else (2 * n * p + z * z + 1 + z * math.sqrt(z * z + 2 - 1 / n + 4 * p * (n * q - 1))) / (2 * (n + z * z))
+    return low, high
+
+
 def newcombe_10(n11, n10, n01, n00, z=NORMAL.inv_cdf(0.975)):
     """Newcombe (1998) method 10, written out from the paper's formulas."""
     n = n11 + n10 + n01 + n00
@@ -452,8 +462,8 @@ def test_agreement_hand_computation():
     assert result["specificity"] == pytest.approx(0.6)
     # Wilson 95% for 20/25: (40 + 3.8415 -+ 1.96 sqrt(3.8415 + 80*5/25)) / (2 * 28.8415)
     z = NORMAL.inv_cdf(0.975)
-    assert (result["sensitivity_low"], result["sensitivity_high"]) == pytest.approx(wilson(20, 25, z), abs=1e-12)
-    assert (result["specificity_low"], result["specificity_high"]) == pytest.approx(wilson(15, 25, z), abs=1e-12)
+    assert (result["sensitivity_low"], result["sensitivity_high"]) == pytest.approx(wilson_cc(20, 25, z), abs=1e-12)
+    assert (result["specificity_low"], result["specificity_high"]) == pytest.approx(wilson_cc(15, 25, z), abs=1e-12)
     assert result["prevalence_reference"] == 0.5 and result["prevalence_judge"] == 0.6
     assert result["kappa_low"] < 0.4 < result["kappa_high"]
     assert result["ac1_low"] < result["ac1"] < result["ac1_high"]

@@ -36,8 +36,8 @@ from .rates import (
     bootstrap_mean_interval,
     group_seed,
     mean_row,
-    metric_seed,
     rate_row,
+    reply_rate_row,
     value_row,
     wilson_interval,
 )
@@ -106,9 +106,9 @@ def metric_row(suite: str, metric: Metric, group: Group, turn: int | None) -> di
     if metric.kind == DIALOGUE_RATE:
         return rate_row(suite, name, group.category, group.style, sum(values), len(values))
     if metric.kind == REPLY_RATE:
-        # Replies of one dialogue are not independent: the interval resamples dialogues,
-        # as the paired comparison does. (The coherence mean keeps its historical seed.)
-        return mean_row(suite, name, group.category, group.style, values, group.seed ^ metric_seed(name))
+        # Replies of one dialogue are not independent: the interval's sample size is the
+        # replies over the design effect of the dialogues (rates.cluster_wilson_interval).
+        return reply_rate_row(suite, name, group.category, group.style, values)
     if metric.kind == MEAN:
         return mean_row(suite, name, group.category, group.style, values, group.seed)
     raise ValueError(f"{metric.name}: unknown kind {metric.kind!r}")

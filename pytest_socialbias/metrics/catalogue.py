@@ -22,14 +22,16 @@ from typing import Callable
 
 from ..vocabulary import JUDGE_CHECK_SUITE
 from . import benevdial, detection, dialogue
-from .rates import CLUSTER_BOOTSTRAP, ITEM_BOOTSTRAP, NEWCOMBE, WILSON
+from .rates import CLUSTER_BOOTSTRAP, CLUSTER_WILSON, ITEM_BOOTSTRAP, NEWCOMBE, WILSON
 
 # ---- kinds -----------------------------------------------------------------------------
 #: A share of dialogues (or of items: pairs, labelled dialogues): one 0/1 outcome each,
-#: Wilson interval; compared with McNemar's exact test on the paired cases.
+#: Wilson interval (continuity-corrected); compared with McNemar's exact test on the
+#: paired cases.
 DIALOGUE_RATE = "dialogue rate"
-#: A share of replies (several per dialogue), Wilson interval over the replies; compared
-#: with a paired bootstrap over cases.
+#: A share of replies (several per dialogue), Wilson interval on the replies over the
+#: design effect of their dialogues (rates.cluster_wilson_interval); compared with a
+#: paired bootstrap over cases.
 REPLY_RATE = "reply rate"
 #: A mean on its own scale (coherence 1-5), bootstrap interval over dialogues; compared
 #: with a paired bootstrap over cases.
@@ -81,7 +83,7 @@ class Metric:
     @property
     def interval(self) -> str:
         """The interval method its rows carry (``ci_method``)."""
-        return {DIALOGUE_RATE: WILSON, REPLY_RATE: CLUSTER_BOOTSTRAP, MEAN: CLUSTER_BOOTSTRAP}.get(
+        return {DIALOGUE_RATE: WILSON, REPLY_RATE: CLUSTER_WILSON, MEAN: CLUSTER_BOOTSTRAP}.get(
             self.kind, self.statistic_interval
         )
 
