@@ -197,7 +197,7 @@ def _metric_rows(task: str, entry: dict) -> list[dict]:
                 "value": value,
                 "ci_low": low if value is not None else None,
                 "ci_high": high if value is not None else None,
-                "n": entry["n"],
+                "n": entry.get(f"{name}_n", entry["n"]),  # sensitivity: the positives, ...
                 "ci_method": metric.interval,
             }
         )

@@ -550,6 +550,8 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
     )
     result["kappa_low"], result["kappa_high"] = _quantile_ends(kappas, 0.95)
     result["ac1_low"], result["ac1_high"] = _quantile_ends(ac1s, 0.95)
+    # Each share's own denominator: the reference positives, the reference negatives.
+    result["sensitivity_n"], result["specificity_n"] = n11 + n10, n01 + n00
     if n11 + n10:
         result["sensitivity"] = n11 / (n11 + n10)
         result["sensitivity_low"], result["sensitivity_high"] = wilson_interval(n11, n11 + n10, Z95)

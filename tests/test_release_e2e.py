@@ -160,6 +160,13 @@ def test_judge_check_reports_kappa_ac1_and_corrected_rates(project, server):
     assert gender["corrected"] == pytest.approx(0.75)
     rows = {m["metric"]: m for m in report["metrics"] if m["suite"] == "judge-check"}
     assert rows["bias_judge_kappa"]["value"] == pytest.approx(0.5) and rows["bias_judge_kappa"]["n"] == 4
+    # Each share's own denominator (the issue: sensitivity showed all 4 items as its n):
+    # 3 reference positives, 1 reference negative, the same counts its interval is of.
+    assert rows["bias_judge_sensitivity"]["n"] == 3 and rows["bias_judge_specificity"]["n"] == 1
+    from pytest_socialbias.metrics import wilson_interval
+
+    assert (rows["bias_judge_sensitivity"]["ci_low"], rows["bias_judge_sensitivity"]["ci_high"]) == pytest.approx(
+        wilson_interval(2, 3), abs=1e-6)
     result.stdout.fnmatch_lines(["*judge agreement with labels.jsonl*", "*bias*4*0*75.0%*0.50*"])
 
 
