@@ -84,7 +84,7 @@ class CallCache:
                 self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False,
             )
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode=WAL")
+            _set_wal(db)
             # NORMAL is crash-safe in WAL mode (a killed process loses nothing committed).
             db.execute("PRAGMA synchronous=NORMAL")
             return db
@@ -266,6 +266,26 @@ class CallCache:
 
     def close(self) -> None:
         self._db.close()
+
+
+def _set_wal(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode (it stays so). The switch needs the file to itself, and
+    sqlite answers "database is locked" at once, without waiting out the busy timeout,
+    when another process opens or switches the same new file at that moment (two runs
+    started together on a fresh cache): so it is tried again until the timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.01
+    while True:
+        try:
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _busy(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:

@@ -312,6 +312,53 @@ def test_concurrent_writers_from_several_processes(tmp_path):
     cache.close()
 
 
+class _SwitchRefused:
+    """A connection whose first switches to WAL are answered "database is locked" at once,
+    as sqlite answers a process that opens a new cache file while another switches it."""
+
+    def __init__(self, db, refusals):
+        self._db, self.refusals, self.tries = db, refusals, 0
+
+    def execute(self, sql, *args):
+        if sql.replace(" ", "").upper() == "PRAGMAJOURNAL_MODE=WAL":
+            self.tries += 1
+            if self.tries <= self.refusals:
+                raise sqlite3.OperationalError("database is locked")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_opening_a_new_cache_waits_out_another_process_switching_it(tmp_path, monkeypatch):
+    """Two runs started together on a fresh cache: the one whose switch to WAL is refused
+    tries again instead of failing the run with "cannot open the cache"."""
+    connections = []
+    real_connect = sqlite3.connect
+
+    def connect(*args, **kwargs):
+        connections.append(_SwitchRefused(real_connect(*args, **kwargs), refusals=3))
+        return connections[-1]
+
+    monkeypatch.setattr("pytest_socialbias.cache.sqlite3.connect", connect)
+    cache = CallCache(tmp_path / "fresh", "new")
+    cache.put("k", "judge", {"q": 1}, {"text": "x"})
+    assert cache.get("k") == {"text": "x"}
+    assert connections[0].tries == 4
+    assert real_connect(tmp_path / "fresh" / CACHE_FILE).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    cache.close()
+
+
+def test_a_cache_that_stays_locked_is_a_clear_error_after_the_busy_timeout(tmp_path, monkeypatch):
+    real_connect = sqlite3.connect
+    monkeypatch.setattr("pytest_socialbias.cache.BUSY_TIMEOUT_MS", 300)
+    monkeypatch.setattr(
+        "pytest_socialbias.cache.sqlite3.connect", lambda *a, **k: _SwitchRefused(real_connect(*a, **k), refusals=10**9)
+    )
+    with pytest.raises(ConfigError, match=r"cannot open the cache \(database is locked\)"):
+        CallCache(tmp_path / "fresh", "new")
+
+
 def test_an_unreadable_answer_is_asked_again_a_bounded_number_of_times(tmp_path):
     from pytest_socialbias.cache import MAX_REASKS
 
