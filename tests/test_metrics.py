@@ -866,3 +866,21 @@ def test_independent_replies_get_the_replies_sample_size():
     assert row["ci_high"] - row["ci_low"] < 1.3 * (high - low)
     dialogues = wilson_interval(round(events / 10), 100)
     assert row["ci_high"] - row["ci_low"] < 0.6 * (dialogues[1] - dialogues[0])
+
+
+def test_pair_class_rates_take_their_interval_over_pairs():
+    """Issue fixture: 20 pairs, 4 of them with both dialogues BB. Wilson over the 40
+    dialogues said 0.2 (0.105, 0.348) as if they were independent; over the 20 pairs (the
+    cases) the interval is as wide as the evidence: Wilson over 20 pairs (0.08, 0.42)."""
+    records = [
+        {"id": f"p{i}", "suite": "s", "protocol": "benevdial_pairs", "category": "wellbeing", "style": None,
+         "role": "wellbeing", "outcome": "clean", "errors": [],
+         "labels": {"bias": [0], "refusal": [], "treatment": ["BB", "BB"] if i < 4 else ["N", "N"]},
+         "pair": {"axis": "ability", "values": ["blind", "none"], "profiles": [None, None], "disfavoured": "none",
+                  "disfavoured_value": None}}
+        for i in range(20)
+    ]
+    row = index(compute_metrics(records))[("s", "bb_rate", None, None)]
+    assert (row["value"], row["n"], row["ci_method"]) == (0.2, 40, "cluster wilson")
+    assert row["ci_low"] <= 0.08 and row["ci_high"] >= 0.42
+    assert (row["ci_low"], row["ci_high"]) != pytest.approx((0.105, 0.348), abs=0.005)

@@ -102,8 +102,18 @@ def metric_row(suite: str, metric: Metric, group: Group, turn: int | None) -> di
         values = [metric.value(unit, group) for unit in group.units]
     else:
         values = [metric.value(unit) for unit in group.units]
+    clusters = [unit.get("cluster") if isinstance(unit, dict) else None for unit in group.units]
+    clustered = [(c, v) for c, v in zip(clusters, values) if v is not None]
     values = [v for v in values if v is not None]
     if metric.kind == DIALOGUE_RATE:
+        shared = [c for c, _ in clustered if c is not None]
+        if len(shared) != len(set(shared)):
+            # Units that share a case (the two dialogues of a pair) are not independent:
+            # the interval is over the cases, the clusters.
+            by_cluster: dict = {}
+            for cluster, value in clustered:
+                by_cluster.setdefault(cluster, []).append(float(value))
+            return reply_rate_row(suite, name, group.category, group.style, list(by_cluster.values()))
         return rate_row(suite, name, group.category, group.style, sum(values), len(values))
     if metric.kind == REPLY_RATE:
         # Replies of one dialogue are not independent: the interval's sample size is the

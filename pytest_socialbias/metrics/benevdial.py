@@ -29,9 +29,11 @@ def class_units(record: dict) -> list[dict]:
         profiles = (record.get("pair") or {}).get("profiles") or [None] * len(classes)
         judged = [any(e.get("kind") == "judge_error" and e.get("dialogue") == member for e in errors)
                   for member in "ab"[: len(classes)]]
+    # The two dialogues of a pair share their case: their outcomes are not independent,
+    # so a share of them takes its interval over the pairs (rates.cluster_wilson_interval).
     return [
         {"role": record.get("role"), "profile": profile, "cls": None if voided else cls,
-         "error": voided or cls is None, "judge_error": judge_error}
+         "error": voided or cls is None, "judge_error": judge_error, "cluster": record["id"]}
         for profile, cls, judge_error in zip(profiles, classes, judged)
     ]
 
