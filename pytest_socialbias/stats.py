@@ -40,6 +40,7 @@ input order.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from statistics import NormalDist
@@ -394,6 +395,97 @@ def mcnemar_mde(
             low = mid
         else:
             high = mid
+    return high
+
+
+# --------------------------------------------------------------------------- exact power
+
+
+def _binomial_tail(k: int, q: float, c: int) -> float:
+    """P(X >= c) for X ~ Binomial(k, q), summing only the terms that matter (within about
+    13 standard deviations of the mean, beyond which the rest is below double precision),
+    each from the one before it."""
+    if c <= 0:
+        return 1.0
+    if c > k or q <= 0.0:
+        return 0.0
+    if q >= 1.0:
+        return 1.0
+    mean, spread = k * q, 13 * math.sqrt(k * q * (1 - q)) + 13
+    ratio = q / (1 - q)
+
+    def run(start: int, stop: int) -> float:  # sum of the pmf over start..stop
+        term = math.exp(math.lgamma(k + 1) - math.lgamma(start + 1) - math.lgamma(k - start + 1)
+                        + start * math.log(q) + (k - start) * math.log1p(-q))
+        total = 0.0
+        for j in range(start, stop + 1):
+            total += term
+            term *= (k - j) / (j + 1) * ratio
+        return total
+
+    if c <= mean:  # the complement is the short side
+        return max(0.0, 1.0 - run(max(0, int(mean - spread)), c - 1))
+    return min(1.0, run(c, min(k, int(mean + spread) + 1)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _mcnemar_critical(k: int, alpha: float) -> int:
+    """The smallest n01 the one-sided exact McNemar test rejects at with k discordant
+    pairs: P(Binomial(k, 1/2) >= c) <= alpha (k + 1: never)."""
+    low, high = (k + 1) // 2, k + 1
+    while low < high:
+        mid = (low + high) // 2
+        if _binomial_tail(k, 0.5, mid) <= alpha:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+def mcnemar_exact_power(n: int, discordance: float, difference: float, alpha: float) -> float:
+    """The power of the one-sided exact McNemar test (``mcnemar_exact(..., "greater")`` at
+    level ``alpha``) with ``n`` pairs, when the share of discordant pairs is
+    ``discordance`` and the true paired difference p_current - p_baseline is
+    ``difference``: by enumeration of the discordant count D ~ Binomial(n, discordance)
+    and, given D, of N01 ~ Binomial(D, (1 + difference / discordance) / 2) against the
+    test's critical value for D."""
+    _check_counts(n=n)
+    if not 0 < discordance <= 1 or not 0 <= difference <= discordance:
+        raise ValueError(f"need 0 < discordance <= 1 and 0 <= difference <= discordance, got {discordance}, {difference}")
+    q = (1 + difference / discordance) / 2
+    total = 0.0
+    spread = 13 * math.sqrt(n * discordance * (1 - discordance)) + 13
+    first = max(1, int(n * discordance - spread))
+    last = min(n, int(n * discordance + spread) + 1)
+    weight = math.exp(math.lgamma(n + 1) - math.lgamma(first + 1) - math.lgamma(n - first + 1)
+                      + first * math.log(discordance) + (n - first) * math.log1p(-discordance)) if discordance < 1 else 0.0
+    ratio = discordance / (1 - discordance) if discordance < 1 else 0.0
+    if discordance >= 1:  # every pair discordant
+        return _binomial_tail(n, q, _mcnemar_critical(n, alpha))
+    for k in range(first, last + 1):
+        if weight > 0.0:
+            total += weight * _binomial_tail(k, q, _mcnemar_critical(k, alpha))
+        weight *= (n - k) / (k + 1) * ratio  # P(D = k + 1) from P(D = k)
+    return min(1.0, total)
+
+
+def mcnemar_exact_mde(n: int, discordance: float, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest paired difference the one-sided exact McNemar test at ``alpha`` finds
+    with probability ``power`` (by enumeration, ``mcnemar_exact_power``), to 1e-4; None
+    when even every discordant pair going one way (difference = discordance) is found
+    less often: no worsening is detectable with these pairs. Never 0."""
+    _check_counts(n=n)
+    if n == 0 or not 0 < discordance <= 1:
+        return None
+    if mcnemar_exact_power(n, discordance, discordance, alpha) < power:
+        return None
+    low, high = 0.0, float(discordance)  # power(low) < power <= power(high)
+    while high - low > 1e-4:
+        mid = (low + high) / 2
+        if mcnemar_exact_power(n, discordance, mid, alpha) >= power:
+            high = mid
+        else:
+            low = mid
     return high
 
 

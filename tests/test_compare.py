@@ -238,9 +238,29 @@ def test_mde_is_not_detectable_with_too_few_pairs_and_counts_margin_and_correcti
     def mde(*rows):
         return compare(cur, baseline_report(base), list(rows), {})["rows"][0]["mde"]
 
+    # Margin 0: the exact McNemar test's own power, by enumeration (above Connor's figure).
     one = mde(Comparison("s", "cumulative_bias@1", gating=True))
-    assert one == pytest.approx(stats.mcnemar_mde(200, 0.1, 0.05, 0.8), rel=1e-9)
+    assert one == pytest.approx(stats.mcnemar_exact_mde(200, 0.1, 0.05, 0.8), rel=1e-9)
+    assert one > stats.mcnemar_mde(200, 0.1, 0.05, 0.8)
     assert mde(Comparison("s", "cumulative_bias@1", gating=True, margin=0.02)) == pytest.approx(
         stats.mcnemar_mde(200, 0.1, 0.05, 0.8, margin=0.02), rel=1e-9)
     assert mde(Comparison("s", "cumulative_bias@1", gating=True), Comparison("s", "bias_at_turn@1", gating=True)) == (
-        pytest.approx(stats.mcnemar_mde(200, 0.1, 0.025, 0.8), rel=1e-9))
+        pytest.approx(stats.mcnemar_exact_mde(200, 0.1, 0.025, 0.8), rel=1e-9))
+
+
+def test_a_bootstrap_row_with_no_spread_has_no_mde_never_zero():
+    """Issue fixture: 30 pairs, no refusal on either side: the bootstrap has no spread and
+    the MDE said 0.0 ("any worsening is detectable"); it is none. With 4 dialogues the MDE
+    (0.65 before) cannot exceed what the rate can still worsen by."""
+    def refusal_record(case_id, refusals):
+        return {"id": case_id, "suite": "s", "protocol": "dymt", "category": "age", "style": None,
+                "outcome": "clean", "labels": {"bias": [0, 0], "refusal": refusals}, "errors": [], "turns_planned": 2}
+
+    gate = Gate("nr", "s", "refusal_rate", 0.0, "no_regression")
+    quiet = [refusal_record(f"c{i}", [0, 0]) for i in range(30)]
+    (row,) = compare(quiet, baseline_report(quiet), rows_for([gate], quiet), {})["rows"]
+    assert row["mde"] is None
+    base = [refusal_record(f"c{i}", [1, 1] if i == 0 else [0, 0]) for i in range(4)]
+    cur = [refusal_record(f"c{i}", [1, 1] if i < 2 else [0, 0]) for i in range(4)]
+    (row,) = compare(cur, baseline_report(base), rows_for([gate], cur), {})["rows"]
+    assert row["mde"] is None or 0 < row["mde"] <= 1 - row["baseline"]

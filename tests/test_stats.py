@@ -604,3 +604,50 @@ def test_corrected_rates_keep_an_honest_width_at_zero_and_n():
         _, low, high = rogan_gladen_interval(positives, 20, perfect, seed=11, resamples=4000)
         assert low == pytest.approx(_beta_quantile(positives + 0.5, 20.5 - positives, 0.025), abs=0.01)
         assert high == pytest.approx(_beta_quantile(positives + 0.5, 20.5 - positives, 0.975), abs=0.01)
+
+
+# --------------------------------------------------------------------------- exact power
+
+
+def brute_force_power(n: int, discordance: float, difference: float, alpha: float) -> float:
+    """Every outcome (n10, n01) of n pairs, weighted by its multinomial probability, the
+    exact McNemar test run on each."""
+    p01, p10 = (discordance + difference) / 2, (discordance - difference) / 2
+    rest = 1 - discordance
+    total = 0.0
+    for n10 in range(n + 1):
+        for n01 in range(n - n10 + 1):
+            if mcnemar_exact(n10, n01, "greater") <= alpha:
+                ways = math.comb(n, n10) * math.comb(n - n10, n01)
+                total += ways * p10 ** n10 * p01 ** n01 * rest ** (n - n10 - n01)
+    return total
+
+
+@pytest.mark.parametrize("n, discordance, difference", [(20, 0.3, 0.1), (20, 0.3, 0.3), (35, 0.5, 0.2), (12, 1.0, 0.5)])
+def test_exact_power_matches_brute_force_enumeration(n, discordance, difference):
+    from pytest_socialbias.stats import mcnemar_exact_power
+
+    assert mcnemar_exact_power(n, discordance, difference, 0.05) == pytest.approx(
+        brute_force_power(n, discordance, difference, 0.05), abs=1e-9)
+
+
+@pytest.mark.parametrize("n, discordance", [(240, 0.2), (240, 0.1), (1000, 0.2)])
+def test_the_exact_mde_is_where_the_exact_test_reaches_its_power(n, discordance):
+    """Issue fixture: at Connor's MDE the exact test's power is below 0.80 (0.768 at
+    n = 240, discordance 0.2); the MDE printed now is where it reaches 0.80."""
+    from pytest_socialbias.stats import mcnemar_exact_mde, mcnemar_exact_power
+
+    connor = mcnemar_mde(n, discordance, 0.05, 0.8)
+    assert mcnemar_exact_power(n, discordance, connor, 0.05) < 0.8
+    exact = mcnemar_exact_mde(n, discordance, 0.05, 0.8)
+    assert exact > connor
+    assert mcnemar_exact_power(n, discordance, exact, 0.05) >= 0.8
+    assert mcnemar_exact_power(n, discordance, exact - 2e-4, 0.05) < 0.8
+
+
+def test_no_detectable_worsening_is_none_never_zero():
+    from pytest_socialbias.stats import mcnemar_exact_mde
+
+    assert mcnemar_exact_mde(30, 0.2) is None  # even all 6 expected discordant pairs one way is found too rarely
+    assert mcnemar_exact_mde(0, 0.2) is None
+    assert mcnemar_exact_mde(500, 0.3) > 0
