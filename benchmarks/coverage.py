@@ -133,6 +133,51 @@ def run(grid: dict, methods: list[str], reps: int, seed: int) -> list[dict]:
     return rows
 
 
+# --------------------------------------------------------------------------- corrected rates
+
+CORRECTED = {
+    "truth": (0.0, 0.05, 0.3, 0.7),
+    "reference": (20, 200),  # labelled items, half of them positive
+    "accuracy": (0.7, 0.9, 0.99),  # the judge's sensitivity and specificity
+    "run": (20, 200),  # items the run judged
+}
+
+
+def run_corrected(reps: int, seed: int) -> list[dict]:
+    """The judge-corrected (Rogan-Gladen) rate: a judge of known sensitivity and
+    specificity labels a reference set and a run of items with true prevalence ``truth``;
+    the interval must hold ``truth``."""
+    from pytest_socialbias.stats import rogan_gladen_interval
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for truth in CORRECTED["truth"]:
+        for reference in CORRECTED["reference"]:
+            for accuracy in CORRECTED["accuracy"]:
+                for n in CORRECTED["run"]:
+                    covered = zero = usable = 0
+                    widths = []
+                    for rep in range(reps):
+                        half = reference // 2
+                        tp = int(rng.binomial(half, accuracy))
+                        tn = int(rng.binomial(half, accuracy))
+                        pairs = [(1, 1)] * tp + [(1, 0)] * (half - tp) + [(0, 0)] * tn + [(0, 1)] * (half - tn)
+                        theta = truth * accuracy + (1 - truth) * (1 - accuracy)
+                        x = int(rng.binomial(n, theta))
+                        _, low, high = rogan_gladen_interval(x, n, pairs, seed=rep)
+                        if low is None:
+                            continue
+                        usable += 1
+                        covered += low - 1e-9 <= truth <= high + 1e-9
+                        zero += high - low <= 1e-12
+                        widths.append(high - low)
+                    rows.append({"method": "bayes-corrected", "truth": truth, "reference": reference,
+                                 "accuracy": accuracy, "run": n, "coverage": covered / max(usable, 1),
+                                 "width": float(np.mean(widths)) if widths else float("nan"),
+                                 "zero_width": zero, "reps": usable})
+    return rows
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """Per method: its worst cell with at least MIN_UNITS dialogues, and zero widths."""
     out = []
@@ -158,7 +203,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20261201)
     parser.add_argument("--methods", default="used", help="used (default), all, or a comma-separated list")
     parser.add_argument("--cells", action="store_true", help="print every cell, not only the summary")
+    parser.add_argument("--corrected", action="store_true",
+                        help="the judge-corrected rate's interval instead (reference sets of 20 and 200, sensitivity and "
+                             "specificity 0.7-0.99; --reps 200 takes a few minutes)")
     args = parser.parse_args(argv)
+    if args.corrected:
+        rows = run_corrected(args.reps, args.seed)
+        print("judge-corrected rate: truth  reference  accuracy  run   coverage  width  zero-width")
+        for r in rows:
+            print(f"  {r['truth']:<6} {r['reference']:<10} {r['accuracy']:<9} {r['run']:<5} {100 * r['coverage']:6.1f}%  "
+                  f"{r['width']:.3f}  {r['zero_width']}")
+        sized = [r for r in rows if r["run"] >= MIN_UNITS and r["reference"] >= 20]
+        worst = min(sized, key=lambda r: r["coverage"])
+        print(f"worst cell: {100 * worst['coverage']:.1f}% at truth {worst['truth']}, reference {worst['reference']}, "
+              f"accuracy {worst['accuracy']}, run {worst['run']}; cells < 93%: "
+              f"{sum(1 for r in sized if r['coverage'] < TARGET_COVERAGE)}/{len(sized)}; "
+              f"zero-width intervals: {sum(r['zero_width'] for r in rows)}")
+        return 0
     grid = SMALL if args.small else FULL
     methods = list(USED) if args.methods == "used" else list(METHODS) if args.methods == "all" else args.methods.split(",")
     started = time.perf_counter()

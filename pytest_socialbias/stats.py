@@ -752,25 +752,36 @@ def rogan_gladen(p_obs: float, sensitivity: float, specificity: float) -> float 
     return min(1.0, max(0.0, (p_obs + specificity - 1) / youden))
 
 
+#: Points of the prevalence grid the corrected rate's posterior is computed on.
+_PREVALENCE_GRID = 200
+
+
 def rogan_gladen_interval(
     positives: int,
     n: int,
     reference_pairs: list[tuple[int, int]],
     seed: int,
-    resamples: int = 2000,
+    resamples: int = 500,
     confidence: float = 0.95,
 ) -> tuple[float | None, float | None, float | None]:
-    """Rogan-Gladen prevalence of a run with a percentile interval.
+    """Rogan-Gladen prevalence of a run with a Bayesian interval that keeps its width at
+    0/n and n/n.
 
     The run judged ``positives`` of ``n`` items positive; ``reference_pairs`` are
-    (reference, judge) labels that estimate the judge's sensitivity and specificity. Returns
-    (estimate, low, high): the estimate is :func:`rogan_gladen` of positives / n; each
-    resample draws the run's observed rate from its Jeffreys posterior Beta(positives +
-    1/2, n - positives + 1/2) (not from its point estimate, which at 0/n or n/n would never
-    move and give an interval of width 0), resamples the reference pairs, re-estimates se
-    and sp, and skips the resample when se or sp is undefined or se + sp - 1 <= 0. (None, None, None) when the estimate is undefined (n == 0, no reference
-    positives or negatives, or se + sp - 1 <= 0); (estimate, None, None) when no resample
-    was usable.
+    (reference, judge) labels that estimate the judge's sensitivity and specificity.
+    Returns (estimate, low, high): the estimate is :func:`rogan_gladen` of positives / n;
+    the interval is the equal-tailed credible interval of the prevalence p under a uniform
+    prior, with the judge's sensitivity and specificity unknown too (their posteriors
+    Beta(1 + true positives, 1 + false negatives) and Beta(1 + true negatives, 1 + false
+    positives) from the reference), and the run's count Binomial(n, p se + (1 - p)(1 -
+    sp)). The posterior of p is computed on a grid of _PREVALENCE_GRID points, averaging
+    the likelihood over ``resamples`` seeded draws of (se, sp) where se + sp > 1 (a judge
+    no better than chance says nothing about p). Before, each draw was corrected and
+    clipped at 0 and 1, so a rate below 1 - specificity gave (0, 0): 0 of 50 with a
+    reference of 18/20 and 16/20 had width 0; now about (0, 0.09).
+
+    (None, None, None) when the estimate is undefined (n == 0, no reference positives or
+    negatives, or se + sp - 1 <= 0); (estimate, None, None) when no draw was usable.
     """
     _check_counts(positives=positives, n=n)
     if positives > n:
@@ -785,17 +796,31 @@ def rogan_gladen_interval(
     if estimate is None:
         return (None, None, None)
     rng = random.Random(seed)
-    draws = []
+    grid = [(i + 0.5) / _PREVALENCE_GRID for i in range(_PREVALENCE_GRID)]
+    logs = []  # per usable draw: the log-likelihood of the run's count at every grid point
     for _ in range(resamples):
-        drawn_rate = rng.betavariate(positives + 0.5, n - positives + 0.5)
-        d11, d10, d01, d00 = _cells(rng.choices(items, k=len(items)))
-        if not d11 + d10 or not d01 + d00:
+        se = rng.betavariate(1 + n11, 1 + n10)
+        sp = rng.betavariate(1 + n00, 1 + n01)
+        if se + sp <= 1:
             continue
-        value = rogan_gladen(drawn_rate, d11 / (d11 + d10), d00 / (d01 + d00))
-        if value is not None:
-            draws.append(value)
-    if not draws:
+        slope, base = se + sp - 1, 1 - sp  # theta = base + slope * p
+        log, log1p, x, y = math.log, math.log1p, positives, n - positives
+        logs.append([x * log(base + slope * p) + y * log1p(-(base + slope * p)) for p in grid])
+    if not logs:
         return (estimate, None, None)
-    draws.sort()
-    low, high = _quantile_ends(draws, confidence)
-    return (estimate, low, high)
+    top = max(max(row) for row in logs)
+    weights = [math.fsum(math.exp(row[i] - top) for row in logs) for i in range(len(grid))]
+    total = math.fsum(weights)
+    tail = (1 - confidence) / 2
+    cumulative, low, high = 0.0, None, None
+    step = 1 / _PREVALENCE_GRID
+    for point, weight in zip(grid, weights):
+        before = cumulative
+        cumulative += weight / total
+        if low is None and cumulative >= tail:
+            # Linear within the cell: the mass is spread evenly over [point - step/2, point + step/2].
+            low = point - step / 2 + step * (tail - before) / (cumulative - before)
+        if high is None and cumulative >= 1 - tail:
+            high = point - step / 2 + step * (1 - tail - before) / (cumulative - before)
+    low, high = max(0.0, low), min(1.0, high)
+    return (estimate, min(low, estimate), max(high, estimate))
