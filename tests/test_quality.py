@@ -52,8 +52,7 @@ def test_bleu_hand_worked():
     # Clipped matches: 1-grams 5/6, 2-grams 3/5 (the cat, on the, the mat), 3-grams 1/4
     # (on the mat), 4-grams 0/3 -> smoothed 0.1/3; equal lengths, no brevity penalty.
     # (5/6 * 3/5 * 1/4 * 1/30) ** (1/4) = 240 ** -0.25 = 0.254066.
-    assert bleu(W("the cat sat on the mat"), [W("the cat is on the mat")]) == pytest.approx(100 * 240**-0.25)
-    assert 100 * 240**-0.25 == pytest.approx(25.4066, abs=1e-4)
+    assert bleu(W("the cat sat on the mat"), [W("the cat is on the mat")]) == pytest.approx(25.4066, abs=1e-4)
 
 
 def test_bleu_brevity_penalty_and_short_hypotheses():
@@ -73,6 +72,7 @@ def test_self_bleu_of_identical_texts_is_100():
     result = self_bleu([W("we can talk about your plan today")] * 3)
     assert result["value"] == pytest.approx(100)
     assert (result["n"], result["hypotheses"], result["references"], result["mode"]) == (3, 3, 2, "leave-one-out")
+    assert result["comparable"] is False and "not comparable" in result["note"]
 
 
 def test_self_bleu_small_cell_is_leave_one_out():
@@ -90,6 +90,45 @@ def test_self_bleu_sampled_draws_are_seeded():
     assert first["mode"] == "sampled" and first["draws"] == 5 and (first["hypotheses"], first["references"]) == (3, 4)
     assert self_bleu(texts, seed=1, hypotheses=3, references=4, seeds=5) == first
     assert self_bleu([W("a b c d e")] * 8, hypotheses=3, references=4)["value"] == pytest.approx(100)
+
+
+def _synthetic_dialogues(count: int, seed: int) -> list[list[str]]:
+    """Texts of 100-220 words from one distribution: common words and a long tail."""
+    rng = random.Random(seed)
+    common = "the a you can and to of it is we".split()
+    return [
+        [rng.choice(common) if rng.random() < 0.4 else f"w{min(399, int(rng.expovariate(1 / 60)))}"
+         for _ in range(rng.randint(100, 220))]
+        for _ in range(count)
+    ]
+
+
+def test_self_bleu_does_not_depend_on_the_cells_size():
+    """Cells drawn from one distribution score the same whatever their size: BLEU grows
+    with the number of references, and cells of 101-399 dialogues used to be scored
+    leave-one-out against all the others (16.4 at 399 dialogues, then 9.1 at 400 when the
+    sampled protocol took over); now every cell above 100 dialogues scores against 100."""
+    texts = _synthetic_dialogues(1000, seed=1)
+    values = {n: self_bleu(texts[:n], seed=0) for n in (150, 250, 399, 400, 1000)}
+    assert all(v["comparable"] and v["references"] == 100 and v["mode"] == "sampled" for v in values.values())
+    assert {n: v["hypotheses"] for n, v in values.items()} == {150: 50, 250: 150, 399: 299, 400: 300, 1000: 300}
+    assert "50 hypotheses" in values[150]["note"] and "note" not in values[400]
+    numbers = [v["value"] for v in values.values()]
+    assert max(numbers) - min(numbers) < 1.0, values
+    # At most 100 dialogues there are not 100 references besides the hypothesis: the value
+    # is given, marked as not comparable.
+    small = self_bleu(texts[:40], seed=0)
+    assert small["mode"] == "leave-one-out" and small["references"] == 39 and small["comparable"] is False
+    assert small["value"] < min(numbers) - 1  # 7.4 against 9.0-9.2
+
+
+def test_vendi_marks_cells_smaller_than_the_protocol():
+    texts = _synthetic_dialogues(60, seed=2)
+    small, full = vendi(texts), vendi(texts, cap=50)
+    assert small["comparable"] is False and "60 dialogues (the protocol samples 5000)" in small["note"]
+    assert full["comparable"] is True and full["n"] == 50 and "note" not in full
+    # Why: the score grows with the number of dialogues of one distribution.
+    assert vendi(texts[:20])["value"] < vendi(texts[:40])["value"] < small["value"]
 
 
 def test_self_bleu_reads_only_the_first_200_words():
@@ -114,8 +153,7 @@ def test_vendi_identical_is_1_and_disjoint_is_n(use_numpy):
 def test_vendi_hand_worked_pair(use_numpy):
     # "a b" -> {a, b, "a b"}, "a c" -> {a, c, "a c"}: cosine 1/3. K/2 has eigenvalues
     # 2/3 and 1/3; exp(-(2/3 ln 2/3 + 1/3 ln 1/3)) = 3 / 2^(2/3) = 1.889882.
-    assert vendi([W("a b"), W("a c")], use_numpy=use_numpy)["value"] == pytest.approx(3 / 2 ** (2 / 3))
-    assert 3 / 2 ** (2 / 3) == pytest.approx(1.889882, abs=1e-6)
+    assert vendi([W("a b"), W("a c")], use_numpy=use_numpy)["value"] == pytest.approx(1.889882, abs=1e-6)
 
 
 def test_vendi_paths_agree_and_the_sample_is_capped():
@@ -181,6 +219,8 @@ def test_report_layout_per_class_and_per_generator_cell():
     lines = quality.summary_lines(report)
     assert lines[0].startswith("quality: MTLD (threshold 0.72") and "stand-in" in lines[0]
     assert any(line.startswith("quality OB g1: n 2;") for line in lines)
+    assert "300 hypotheses vs 100 references from a 2,000 pool, 5 seeds" in lines[0] and "over 5,000" in lines[0]
+    assert all("small cell: not comparable" in line for line in lines[1:] if "Self-BLEU-4 n/a" not in line)
     json.dumps(report)  # plain JSON
 
 
