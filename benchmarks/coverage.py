@@ -3,6 +3,8 @@
     python benchmarks/coverage.py                  # the full grid (a few minutes)
     python benchmarks/coverage.py --small          # the grid the test suite runs
     python benchmarks/coverage.py --methods all    # also the methods we do not use
+    python benchmarks/coverage.py --means          # means of 1-5 ratings (coherence)
+    python benchmarks/coverage.py --corrected      # judge-corrected (Rogan-Gladen) rates
 
 Shares of replies (refusal_rate, bias_rate_passed, guard rates): replies are grouped in
 dialogues and correlated within them. Each cell of the grid draws ``--reps`` data sets:
@@ -143,39 +145,207 @@ CORRECTED = {
 }
 
 
-def run_corrected(reps: int, seed: int) -> list[dict]:
-    """The judge-corrected (Rogan-Gladen) rate: a judge of known sensitivity and
-    specificity labels a reference set and a run of items with true prevalence ``truth``;
-    the interval must hold ``truth``."""
+def corrected_clipped(x: int, n: int, pairs: list, seed: int, resamples: int = 500):
+    """The interval the report printed before: each resample draws the run's rate from
+    its Jeffreys posterior, resamples the reference, corrects and clips at 0 and 1."""
+    import random
+
+    from pytest_socialbias.stats import rogan_gladen
+
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(resamples):
+        rate = rng.betavariate(x + 0.5, n - x + 0.5)
+        drawn = rng.choices(pairs, k=len(pairs))
+        pos = [j for r, j in drawn if r]
+        neg = [j for r, j in drawn if not r]
+        if not pos or not neg:
+            continue
+        value = rogan_gladen(rate, sum(pos) / len(pos), 1 - sum(neg) / len(neg))
+        if value is not None:
+            draws.append(value)
+    if not draws:
+        return None, None
+    draws.sort()
+    return float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))
+
+
+def corrected_credible(x: int, n: int, pairs: list, seed: int):
+    """The credible interval alone (uniform prior), without the hull with the set of
+    prevalences the count does not reject."""
+    import random
+
+    from pytest_socialbias import stats
+
+    n11, n10, n01, n00 = stats._cells(sorted(pairs))
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(200):
+        se, sp = rng.betavariate(1 + n11, 1 + n10), rng.betavariate(1 + n00, 1 + n01)
+        if se + sp > 1:
+            lines.append((1 - sp, se + sp - 1))
+    if not lines:
+        return None, None
+    estimate = stats.rogan_gladen(x / n, n11 / (n11 + n10), n00 / (n01 + n00))
+    if estimate is None:  # as rogan_gladen_interval: no interval where the estimate is undefined
+        return None, None
+    low, high = stats._credible_interval(x, n, lines, 0.025)
+    return min(low, estimate), max(high, estimate)
+
+
+def corrected_used(x: int, n: int, pairs: list, seed: int):
     from pytest_socialbias.stats import rogan_gladen_interval
 
+    _, low, high = rogan_gladen_interval(x, n, pairs, seed=seed)
+    return low, high
+
+
+CORRECTED_METHODS = {"hull": corrected_used, "credible": corrected_credible, "clipped-bootstrap": corrected_clipped}
+
+
+def run_corrected(reps: int, seed: int, methods: list[str], grid: dict | None = None) -> list[dict]:
+    """The judge-corrected (Rogan-Gladen) rate: a judge of known sensitivity and
+    specificity labels a reference set and a run of items with true prevalence ``truth``;
+    the interval must hold ``truth``. Every method sees the same data sets."""
+    grid = grid or CORRECTED
     rng = np.random.default_rng(seed)
     rows = []
-    for truth in CORRECTED["truth"]:
-        for reference in CORRECTED["reference"]:
-            for accuracy in CORRECTED["accuracy"]:
-                for n in CORRECTED["run"]:
-                    covered = zero = usable = 0
-                    widths = []
+    for truth in grid["truth"]:
+        for reference in grid["reference"]:
+            for accuracy in grid["accuracy"]:
+                for n in grid["run"]:
+                    data = []
                     for rep in range(reps):
                         half = reference // 2
                         tp = int(rng.binomial(half, accuracy))
                         tn = int(rng.binomial(half, accuracy))
                         pairs = [(1, 1)] * tp + [(1, 0)] * (half - tp) + [(0, 0)] * tn + [(0, 1)] * (half - tn)
                         theta = truth * accuracy + (1 - truth) * (1 - accuracy)
-                        x = int(rng.binomial(n, theta))
-                        _, low, high = rogan_gladen_interval(x, n, pairs, seed=rep)
-                        if low is None:
-                            continue
-                        usable += 1
-                        covered += low - 1e-9 <= truth <= high + 1e-9
-                        zero += high - low <= 1e-12
-                        widths.append(high - low)
-                    rows.append({"method": "bayes-corrected", "truth": truth, "reference": reference,
-                                 "accuracy": accuracy, "run": n, "coverage": covered / max(usable, 1),
-                                 "width": float(np.mean(widths)) if widths else float("nan"),
-                                 "zero_width": zero, "reps": usable})
+                        data.append((int(rng.binomial(n, theta)), pairs))
+                    for name in methods:
+                        covered = zero = usable = 0
+                        widths = []
+                        for rep, (x, pairs) in enumerate(data):
+                            low, high = CORRECTED_METHODS[name](x, n, pairs, rep)
+                            if low is None:
+                                continue
+                            usable += 1
+                            covered += low - 1e-9 <= truth <= high + 1e-9
+                            zero += high - low <= 1e-12
+                            widths.append(high - low)
+                        rows.append({"method": name, "truth": truth, "reference": reference, "accuracy": accuracy,
+                                     "run": n, "coverage": covered / max(usable, 1),
+                                     "width": float(np.mean(widths)) if widths else float("nan"),
+                                     "zero_width": zero, "reps": usable})
     return rows
+
+
+# --------------------------------------------------------------------------- means
+
+#: Ratings 1-5 (coherence): round(mu + dialogue effect + reply noise), clipped to 1-5;
+#: (mu, dialogue sd, reply sd): near the floor, middle with no, some and strong
+#: correlation, high, near the ceiling, and always 5.
+MEANS = {
+    "truth": ((1.3, 0.3, 0.6), (3.0, 0.0, 1.0), (3.0, 0.7, 0.7), (3.0, 1.0, 0.4), (4.3, 0.3, 0.5),
+              (4.7, 0.3, 0.4), (4.9, 0.2, 0.3), (4.6, 0.0, 0.6), (5.0, 0.0, 0.0)),
+    "dialogues": (1, 2, 5, 10, 30, 100),
+    "replies": (1, 5, 10),
+}
+MEANS_SMALL = {"truth": ((3.0, 0.7, 0.7), (4.9, 0.2, 0.3), (5.0, 0.0, 0.0)), "dialogues": (1, 10, 30), "replies": (1, 5)}
+
+
+def true_mean(mu: float, dialogue_sd: float, reply_sd: float) -> float:
+    """The expected rating: P(rating = k) from the normal distribution of mu + effects."""
+    from statistics import NormalDist
+
+    sd = math.hypot(dialogue_sd, reply_sd)
+    if sd == 0:
+        return float(min(5, max(1, round(mu))))
+    cdf = NormalDist(mu, sd).cdf
+    edges = [-math.inf, 1.5, 2.5, 3.5, 4.5, math.inf]
+    return sum(k * (cdf(edges[k]) - cdf(edges[k - 1])) for k in range(1, 6))
+
+
+def draw_ratings(rng, mu, dialogue_sd, reply_sd, dialogues, replies, reps) -> np.ndarray:
+    effect = rng.normal(0, dialogue_sd, (reps, dialogues, 1))
+    noise = rng.normal(0, reply_sd, (reps, dialogues, replies))
+    return np.clip(np.rint(mu + effect + noise), 1, 5)
+
+
+def mean_bounded_wilson(ratings: np.ndarray, rng) -> tuple:
+    """What the report prints (rates.bounded_mean_interval), called on every data set."""
+    from pytest_socialbias.metrics.rates import bounded_mean_interval
+
+    ends = [bounded_mean_interval(row.tolist(), 1.0, 5.0) for row in ratings]
+    return np.array([e[0] for e in ends]), np.array([e[1] for e in ends])
+
+
+def mean_bootstrap(ratings: np.ndarray, rng, resamples: int = 400) -> tuple:
+    """The percentile bootstrap over dialogues the report printed before."""
+    reps, k, _ = ratings.shape
+    means = ratings.mean(axis=2)
+    lows, highs = np.empty(reps), np.empty(reps)
+    for i in range(reps):
+        drawn = means[i][rng.integers(0, k, size=(resamples, k))].mean(axis=1)
+        lows[i], highs[i] = np.percentile(drawn, 2.5), np.percentile(drawn, 97.5)
+    return lows, highs
+
+
+def mean_cluster_t(ratings: np.ndarray, rng) -> tuple:
+    """The cluster-robust t interval (df: dialogues - 1); none for one dialogue."""
+    from pytest_socialbias.metrics.rates import t975
+
+    reps, k, r = ratings.shape
+    if k < 2:
+        return np.full(reps, np.nan), np.full(reps, np.nan)
+    n = k * r
+    mean = ratings.mean(axis=(1, 2))
+    variance = k / (k - 1) * ((ratings.sum(axis=2) - mean[:, None] * r) ** 2).sum(axis=1) / n ** 2
+    half = t975(k - 1) * np.sqrt(variance)
+    return np.clip(mean - half, 1, 5), np.clip(mean + half, 1, 5)
+
+
+MEAN_METHODS = {"bounded-wilson": mean_bounded_wilson, "bootstrap": mean_bootstrap, "cluster-t": mean_cluster_t}
+
+
+def run_means(grid: dict, methods: list[str], reps: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for mu, dialogue_sd, reply_sd in grid["truth"]:
+        truth = true_mean(mu, dialogue_sd, reply_sd)
+        for dialogues in grid["dialogues"]:
+            for replies in grid["replies"]:
+                ratings = draw_ratings(rng, mu, dialogue_sd, reply_sd, dialogues, replies, reps)
+                for name in methods:
+                    low, high = MEAN_METHODS[name](ratings, rng)
+                    if np.isnan(low).all():
+                        continue
+                    covered = (low <= truth + 1e-9) & (truth - 1e-9 <= high)
+                    rows.append({"method": name, "truth": (mu, dialogue_sd, reply_sd), "mean": round(truth, 3),
+                                 "dialogues": dialogues, "replies": replies, "coverage": float(covered.mean()),
+                                 "width": float((high - low).mean()), "zero_width": int(((high - low) <= 1e-12).sum()),
+                                 "reps": reps})
+    return rows
+
+
+def widest_against_best(rows: list[dict]) -> dict:
+    """Per method: its largest mean width over the narrowest other method's, among cells
+    with 10 or more dialogues where both cover at least 93% and the other has no zero-width
+    interval."""
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r["truth"], r["dialogues"], r["replies"]), {})[r["method"]] = r
+    out = {}
+    for cell, by in cells.items():
+        if cell[1] < MIN_UNITS:
+            continue
+        for name, r in by.items():
+            others = [o["width"] for m, o in by.items() if m != name and o["coverage"] >= TARGET_COVERAGE and not o["zero_width"]]
+            if r["coverage"] >= TARGET_COVERAGE and others and min(others) > 0:
+                ratio = r["width"] / min(others)
+                if ratio > out.get(name, (0, None))[0]:
+                    out[name] = (ratio, cell)
+    return out
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -205,20 +375,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", action="store_true", help="print every cell, not only the summary")
     parser.add_argument("--corrected", action="store_true",
                         help="the judge-corrected rate's interval instead (reference sets of 20 and 200, sensitivity and "
-                             "specificity 0.7-0.99; --reps 200 takes a few minutes)")
+                             "specificity 0.7-0.99; methods hull (used), credible, clipped-bootstrap (before); "
+                             "--reps 200 takes about ten minutes a method)")
+    parser.add_argument("--means", action="store_true",
+                        help="means of 1-5 ratings (coherence) instead: methods bounded-wilson (used), bootstrap "
+                             "(before), cluster-t")
     args = parser.parse_args(argv)
     if args.corrected:
-        rows = run_corrected(args.reps, args.seed)
-        print("judge-corrected rate: truth  reference  accuracy  run   coverage  width  zero-width")
-        for r in rows:
-            print(f"  {r['truth']:<6} {r['reference']:<10} {r['accuracy']:<9} {r['run']:<5} {100 * r['coverage']:6.1f}%  "
-                  f"{r['width']:.3f}  {r['zero_width']}")
-        sized = [r for r in rows if r["run"] >= MIN_UNITS and r["reference"] >= 20]
-        worst = min(sized, key=lambda r: r["coverage"])
-        print(f"worst cell: {100 * worst['coverage']:.1f}% at truth {worst['truth']}, reference {worst['reference']}, "
-              f"accuracy {worst['accuracy']}, run {worst['run']}; cells < 93%: "
-              f"{sum(1 for r in sized if r['coverage'] < TARGET_COVERAGE)}/{len(sized)}; "
-              f"zero-width intervals: {sum(r['zero_width'] for r in rows)}")
+        names = ["hull"] if args.methods == "used" else list(CORRECTED_METHODS) if args.methods == "all" else args.methods.split(",")
+        started = time.perf_counter()
+        rows = run_corrected(args.reps, args.seed, names)
+        if args.cells:
+            print("method             truth  reference  accuracy  run   coverage  width  zero-width")
+            for r in rows:
+                print(f"{r['method']:<18} {r['truth']:<6} {r['reference']:<10} {r['accuracy']:<9} {r['run']:<5} "
+                      f"{100 * r['coverage']:6.1f}%  {r['width']:.3f}  {r['zero_width']}")
+        print(f"judge-corrected rates, {args.reps} data sets per cell, {len(rows) // len(names)} cells, "
+              f"{time.perf_counter() - started:.0f} s")
+        for name in names:
+            mine = [r for r in rows if r["method"] == name]
+            worst = min(mine, key=lambda r: r["coverage"])
+            print(f"{name:<18} worst cell {100 * worst['coverage']:.1f}% (width {worst['width']:.3f}) at truth "
+                  f"{worst['truth']}, reference {worst['reference']}, accuracy {worst['accuracy']}, run {worst['run']}; "
+                  f"cells < 93%: {sum(1 for r in mine if r['coverage'] < TARGET_COVERAGE)}/{len(mine)}; "
+                  f"zero-width intervals: {sum(r['zero_width'] for r in mine)}")
+        return 0
+    if args.means:
+        names = ["bounded-wilson"] if args.methods == "used" else list(MEAN_METHODS) if args.methods == "all" else args.methods.split(",")
+        started = time.perf_counter()
+        rows = run_means(MEANS_SMALL if args.small else MEANS, names, args.reps, args.seed)
+        if args.cells:
+            print("method          truth (mu, sd, sd)  mean   dialogues  replies  coverage  width  zero-width")
+            for r in rows:
+                print(f"{r['method']:<15} {str(r['truth']):<19} {r['mean']:<6} {r['dialogues']:<10} {r['replies']:<8} "
+                      f"{100 * r['coverage']:6.1f}%  {r['width']:.3f}  {r['zero_width']}")
+        print(f"means of 1-5 ratings, {args.reps} data sets per cell, {time.perf_counter() - started:.0f} s")
+        ratios = widest_against_best(rows)
+        for s in summary(rows):
+            w = s["worst"]
+            ratio = ratios.get(s["method"])
+            print(f"{s['method']:<15} worst cell (>= 10 dialogues) {100 * w['coverage']:.1f}% (width {w['width']:.3f}) at "
+                  f"{w['truth']}, {w['dialogues']} x {w['replies']}; cells < 93%: {s['cells_below_target']}/{s['cells']}; "
+                  f"zero-width intervals: {s['zero_width']} in {s['zero_width_cells']} cells; widest against the "
+                  f"narrowest covering other: {f'{ratio[0]:.2f}x at {ratio[1]}' if ratio else '-'}")
         return 0
     grid = SMALL if args.small else FULL
     methods = list(USED) if args.methods == "used" else list(METHODS) if args.methods == "all" else args.methods.split(",")

@@ -752,8 +752,28 @@ def rogan_gladen(p_obs: float, sensitivity: float, specificity: float) -> float 
     return min(1.0, max(0.0, (p_obs + specificity - 1) / youden))
 
 
-#: Points of the prevalence grid the corrected rate's posterior is computed on.
+#: Points of the prevalence grid on which the corrected rate's interval is found, and of
+#: the table of binomial tails (over the judge's positive rate) they read.
 _PREVALENCE_GRID = 200
+_THETA_TABLE = 800
+
+
+def _tail_table(positives: int, n: int) -> tuple[list[float], list[float]]:
+    """P(X >= positives) and P(X <= positives) for X ~ Binomial(n, theta), at theta =
+    j / _THETA_TABLE for j = 0.._THETA_TABLE."""
+    upper, lower = [], []
+    for j in range(_THETA_TABLE + 1):
+        theta = j / _THETA_TABLE
+        upper.append(_binomial_tail(n, theta, positives))
+        lower.append(1.0 - _binomial_tail(n, theta, positives + 1))
+    return upper, lower
+
+
+def _read(table: list[float], theta: float) -> float:
+    """The table at theta, linear between its points."""
+    position = min(max(theta, 0.0), 1.0) * _THETA_TABLE
+    j = min(int(position), _THETA_TABLE - 1)
+    return table[j] + (table[j + 1] - table[j]) * (position - j)
 
 
 def rogan_gladen_interval(
@@ -761,24 +781,33 @@ def rogan_gladen_interval(
     n: int,
     reference_pairs: list[tuple[int, int]],
     seed: int,
-    resamples: int = 500,
+    resamples: int = 200,
     confidence: float = 0.95,
 ) -> tuple[float | None, float | None, float | None]:
-    """Rogan-Gladen prevalence of a run with a Bayesian interval that keeps its width at
-    0/n and n/n.
+    """Rogan-Gladen prevalence of a run with an interval that holds the true prevalence,
+    0 and 1 included, and keeps its width at 0/n and n/n.
 
     The run judged ``positives`` of ``n`` items positive; ``reference_pairs`` are
     (reference, judge) labels that estimate the judge's sensitivity and specificity.
-    Returns (estimate, low, high): the estimate is :func:`rogan_gladen` of positives / n;
-    the interval is the equal-tailed credible interval of the prevalence p under a uniform
-    prior, with the judge's sensitivity and specificity unknown too (their posteriors
-    Beta(1 + true positives, 1 + false negatives) and Beta(1 + true negatives, 1 + false
-    positives) from the reference), and the run's count Binomial(n, p se + (1 - p)(1 -
-    sp)). The posterior of p is computed on a grid of _PREVALENCE_GRID points, averaging
-    the likelihood over ``resamples`` seeded draws of (se, sp) where se + sp > 1 (a judge
-    no better than chance says nothing about p). Before, each draw was corrected and
-    clipped at 0 and 1, so a rate below 1 - specificity gave (0, 0): 0 of 50 with a
-    reference of 18/20 and 16/20 had width 0; now about (0, 0.09).
+    Returns (estimate, low, high): the estimate is :func:`rogan_gladen` of positives / n.
+    The run's count is Binomial(n, p se + (1 - p)(1 - sp)); the judge's sensitivity and
+    specificity are drawn (``resamples`` seeded draws) from their posteriors on the
+    reference, Beta(1 + true positives, 1 + false negatives) and Beta(1 + true negatives,
+    1 + false positives), keeping draws with se + sp > 1 (a judge no better than chance
+    says nothing about p). The interval is the hull of two sets, each computed on a grid of
+    _PREVALENCE_GRID steps:
+
+    * the equal-tailed credible interval of p under a uniform prior, the likelihood
+      averaged over the draws: it keeps its width at 0/n and n/n, and speaks where the run
+      has fewer positives than any prevalence predicts (0 of 50 with a reference of 18/20
+      and 16/20: about (0, 0.084));
+    * every p under which the run's count is in neither 2.5% tail, the tails averaged
+      over the draws (with a judge known to be perfect, the Clopper-Pearson interval): it
+      holds a true prevalence of exactly 0 or 1, which a credible interval misses about
+      half the time (its lower end is above 0 whenever the estimate is).
+
+    Correcting and clipping each resample, as before, gave (0, 0) for any rate below 1 -
+    specificity. benchmarks/coverage.py --corrected measures the coverage.
 
     (None, None, None) when the estimate is undefined (n == 0, no reference positives or
     negatives, or se + sp - 1 <= 0); (estimate, None, None) when no draw was usable.
@@ -796,31 +825,63 @@ def rogan_gladen_interval(
     if estimate is None:
         return (None, None, None)
     rng = random.Random(seed)
-    grid = [(i + 0.5) / _PREVALENCE_GRID for i in range(_PREVALENCE_GRID)]
-    logs = []  # per usable draw: the log-likelihood of the run's count at every grid point
+    lines = []  # per usable draw: (base, slope) of theta = base + slope * p
     for _ in range(resamples):
         se = rng.betavariate(1 + n11, 1 + n10)
         sp = rng.betavariate(1 + n00, 1 + n01)
-        if se + sp <= 1:
-            continue
-        slope, base = se + sp - 1, 1 - sp  # theta = base + slope * p
-        log, log1p, x, y = math.log, math.log1p, positives, n - positives
-        logs.append([x * log(base + slope * p) + y * log1p(-(base + slope * p)) for p in grid])
-    if not logs:
+        if se + sp > 1:
+            lines.append((1 - sp, se + sp - 1))
+    if not lines:
         return (estimate, None, None)
+    tail = (1 - confidence) / 2
+    low, high = _credible_interval(positives, n, lines, tail)
+    kept = _not_rejected(positives, n, lines, tail)
+    if kept is not None:
+        low, high = min(low, kept[0]), max(high, kept[1])
+    return (estimate, min(low, estimate), max(high, estimate))
+
+
+def _credible_interval(positives: int, n: int, lines: list[tuple[float, float]], tail: float) -> tuple[float, float]:
+    """The equal-tailed credible interval of the prevalence under a uniform prior, the
+    likelihood of the run's count averaged over the drawn (base, slope) lines, on a grid
+    of _PREVALENCE_GRID cells (linear within a cell)."""
+    grid = [(i + 0.5) / _PREVALENCE_GRID for i in range(_PREVALENCE_GRID)]
+    log, log1p, x, y = math.log, math.log1p, positives, n - positives
+    logs = []
+    for base, slope in lines:
+        logs.append([x * log(base + slope * p) + y * log1p(-(base + slope * p)) for p in grid])
     top = max(max(row) for row in logs)
     weights = [math.fsum(math.exp(row[i] - top) for row in logs) for i in range(len(grid))]
     total = math.fsum(weights)
-    tail = (1 - confidence) / 2
     cumulative, low, high = 0.0, None, None
     step = 1 / _PREVALENCE_GRID
     for point, weight in zip(grid, weights):
         before = cumulative
         cumulative += weight / total
         if low is None and cumulative >= tail:
-            # Linear within the cell: the mass is spread evenly over [point - step/2, point + step/2].
             low = point - step / 2 + step * (tail - before) / (cumulative - before)
         if high is None and cumulative >= 1 - tail:
             high = point - step / 2 + step * (1 - tail - before) / (cumulative - before)
-    low, high = max(0.0, low), min(1.0, high)
-    return (estimate, min(low, estimate), max(high, estimate))
+    return max(0.0, low), min(1.0, high)
+
+
+def _not_rejected(positives: int, n: int, lines: list[tuple[float, float]], tail: float) -> tuple[float, float] | None:
+    """The prevalences (0 and 1 included) under which the run's count is in neither tail,
+    the tails averaged over the drawn lines; None when there is none (fewer positives than
+    any prevalence predicts: the credible interval alone speaks then)."""
+    upper, lower = _tail_table(positives, n)
+    grid = [i / _PREVALENCE_GRID for i in range(_PREVALENCE_GRID + 1)]
+    # P(count >= positives) rises with p, P(count <= positives) falls.
+    above = [math.fsum(_read(upper, base + slope * p) for base, slope in lines) / len(lines) for p in grid]
+    below = [math.fsum(_read(lower, base + slope * p) for base, slope in lines) / len(lines) for p in grid]
+    kept = [i for i in range(len(grid)) if above[i] > tail and below[i] > tail]
+    if not kept:
+        return None
+    first, last = kept[0], kept[-1]
+    step = 1 / _PREVALENCE_GRID
+    low, high = grid[first], grid[last]
+    if first > 0 and above[first] > above[first - 1]:
+        low -= step * (above[first] - tail) / (above[first] - above[first - 1])
+    if last < _PREVALENCE_GRID and below[last] > below[last + 1]:
+        high += step * (below[last] - tail) / (below[last] - below[last + 1])
+    return low, high

@@ -1,6 +1,7 @@
-"""The coverage benchmark's small grid, as a test: the intervals the report prints for
-shares of replies hold the truth at least 93% of the time in every cell with 10 or more
-dialogues, and never have zero width (benchmarks/coverage.py has the full grid)."""
+"""The coverage benchmark's small grids, as tests: the intervals the report prints for
+shares of replies, means of ratings and judge-corrected rates hold the truth at least 93%
+of the time in every cell with 10 or more units, and never have zero width
+(benchmarks/coverage.py has the full grids)."""
 
 from __future__ import annotations
 
@@ -38,3 +39,28 @@ def test_the_old_bootstrap_would_not():
     rows = coverage.run(coverage.SMALL, ["bootstrap"], reps=200, seed=20261201)
     assert sum(r["zero_width"] for r in rows) > 0
     assert min(r["coverage"] for r in rows if r["dialogues"] >= coverage.MIN_UNITS) < 0.9
+
+
+def test_the_printed_mean_interval_covers_in_every_cell_of_the_small_grid():
+    """Means of 1-5 ratings (coherence): the bounded cluster Wilson interval holds the
+    true mean in every cell with 10 or more dialogues and never has zero width, where the
+    percentile bootstrap over dialogues (before) gave all-5 sets and single dialogues a
+    zero-width interval and missed near the ceiling."""
+    coverage = load()
+    rows = coverage.run_means(coverage.MEANS_SMALL, ["bounded-wilson", "bootstrap"], reps=1000, seed=20261201)
+    used = [r for r in rows if r["method"] == "bounded-wilson"]
+    before = [r for r in rows if r["method"] == "bootstrap"]
+    worst = min((r for r in used if r["dialogues"] >= coverage.MIN_UNITS), key=lambda r: r["coverage"])
+    assert worst["coverage"] >= coverage.TARGET_COVERAGE, worst
+    assert sum(r["zero_width"] for r in used) == 0
+    assert sum(r["zero_width"] for r in before) > 0
+    assert min(r["coverage"] for r in before if r["dialogues"] >= coverage.MIN_UNITS) < 0.9
+
+
+def test_the_corrected_rate_holds_a_true_zero_where_the_credible_interval_alone_would_not():
+    coverage = load()
+    grid = {"truth": (0.0,), "reference": (200,), "accuracy": (0.99,), "run": (200,)}
+    rows = coverage.run_corrected(60, 7, ["hull", "credible"], grid)
+    by = {r["method"]: r for r in rows}
+    assert by["hull"]["coverage"] >= 0.93 and by["hull"]["zero_width"] == 0
+    assert by["credible"]["coverage"] < 0.8

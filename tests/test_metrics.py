@@ -12,7 +12,7 @@ import pytest
 from pytest_socialbias.metrics import (
     BOOTSTRAP_SEED,
     bias_at_turn,
-    bootstrap_mean_interval,
+    bounded_mean_interval,
     compute_metrics,
     cumulative_bias_at,
     first_bias_at_turn,
@@ -502,7 +502,7 @@ def test_survival_and_first_bias_turn_counts():
     assert survival_at(LATE_MATRIX, 11) == (0, 1)
 
 
-# --------------------------------------------------------------------------- bootstrap
+# --------------------------------------------------------------------------- means
 
 
 def pooled_mean(groups):
@@ -510,51 +510,38 @@ def pooled_mean(groups):
     return sum(values) / len(values)
 
 
-BOOT_GROUPS = [[5, 4, 5], [3, 3], [5, 5, 5, 5], [2], [4, 4, 3], [5], [1, 2, 2], [4, 5]]
+RATING_GROUPS = [[5, 4, 5], [3, 3], [5, 5, 5, 5], [2], [4, 4, 3], [5], [1, 2, 2], [4, 5]]
 
 
-def test_bootstrap_is_deterministic_for_a_seed():
-    first = bootstrap_mean_interval(BOOT_GROUPS, seed=42)
-    assert bootstrap_mean_interval(BOOT_GROUPS, seed=42) == first
-    assert bootstrap_mean_interval(copy.deepcopy(BOOT_GROUPS), seed=42) == first
-    assert bootstrap_mean_interval(BOOT_GROUPS, seed=43) != first
+def test_mean_interval_brackets_the_mean_within_the_scale():
+    low, high = bounded_mean_interval(RATING_GROUPS, 1, 5)
+    assert 1 <= low < pooled_mean(RATING_GROUPS) < high <= 5
 
 
-def test_bootstrap_brackets_the_mean():
-    low, high = bootstrap_mean_interval(BOOT_GROUPS, seed=42)
-    mean = pooled_mean(BOOT_GROUPS)
-    assert 1 <= low < mean < high <= 5
-    # more resamples of the same data land close to the same interval
-    low2, high2 = bootstrap_mean_interval(BOOT_GROUPS, seed=42, resamples=8000)
-    assert low2 == pytest.approx(low, abs=0.15) and high2 == pytest.approx(high, abs=0.15)
-
-
-def test_bootstrap_ignores_group_order_and_empty_groups():
-    expected = bootstrap_mean_interval(BOOT_GROUPS, seed=5)
+def test_mean_interval_ignores_group_order_and_empty_groups():
+    expected = bounded_mean_interval(RATING_GROUPS, 1, 5)
     rng = random.Random(3)
     for _ in range(5):
-        shuffled = [list(g) for g in BOOT_GROUPS] + [[]]
+        shuffled = [list(g) for g in RATING_GROUPS] + [[]]
         rng.shuffle(shuffled)
-        assert bootstrap_mean_interval(shuffled, seed=5) == expected
+        assert bounded_mean_interval(shuffled, 1, 5) == pytest.approx(expected, abs=1e-12)
 
 
-def test_bootstrap_resamples_groups_not_values():
-    # Two dialogues of 50 ratings each. Resampling dialogues gives means 1, 3 or 5 (with
-    # chance 1/4, 1/2, 1/4), so the 95% interval is [1, 5]; resampling single ratings
-    # would give a narrow interval around 3.
-    assert bootstrap_mean_interval([[1] * 50, [5] * 50], seed=1) == (1.0, 5.0)
+def test_mean_interval_counts_dialogues_not_ratings():
+    # Two dialogues of 50 ratings each, one all 1s and one all 5s: two units of evidence,
+    # not 100. Over the ratings as if independent, Wilson's interval would be about
+    # (2.6, 3.4); over two dialogues it spans most of the scale.
+    low, high = bounded_mean_interval([[1] * 50, [5] * 50], 1, 5)
+    assert low < 1.5 and high > 4.5
 
 
-def test_bootstrap_degenerate_cases():
-    assert bootstrap_mean_interval([[1, 2, 3, 4]], seed=9) == (2.5, 2.5)  # one group
-    assert bootstrap_mean_interval([[3.5, 3.5], [3.5], [3.5] * 3], seed=9) == (3.5, 3.5)
-    assert bootstrap_mean_interval([[4]], seed=9, resamples=1) == (4.0, 4.0)
+def test_mean_interval_bad_input():
     with pytest.raises(ValueError, match="no values"):
-        bootstrap_mean_interval([], seed=9)
+        bounded_mean_interval([], 1, 5)
     with pytest.raises(ValueError, match="no values"):
-        bootstrap_mean_interval([[], []], seed=9)
-    with pytest.raises(ValueError, match="resamples"):
-        bootstrap_mean_interval([[1]], seed=9, resamples=0)
+        bounded_mean_interval([[], []], 1, 5)
+    with pytest.raises(ValueError, match="low < high"):
+        bounded_mean_interval([[3]], 5, 1)
 
 
 def test_group_seed_is_stable_and_distinguishes_groups():
@@ -763,15 +750,44 @@ def test_coherence_mean_value_and_interval(suite_rows):
     # ratings of r1..r4: 49 over 10, 40 over 10, 45 over 9 (one None), 30 over 10
     assert row["n"] == 39
     assert row["value"] == round(164 / 39, 6) == 4.205128
-    assert row["ci_low"] < row["value"] < row["ci_high"]
-    assert 3 <= row["ci_low"] and row["ci_high"] <= 5
+    assert row["ci_low"] < row["value"] < row["ci_high"] <= 5 and row["ci_method"] == "bounded cluster wilson"
     groups = [[5] * 9 + [4], [4] * 10, [5] * 9, [3] * 10]
-    low, high = bootstrap_mean_interval(groups, group_seed("ten", None, None))
-    assert (row["ci_low"], row["ci_high"]) == (round(low, 6), round(high, 6))
-    # each group has its own seed
+    assert (row["ci_low"], row["ci_high"]) == tuple(round(x, 6) for x in bounded_mean_interval(groups, 1, 5))
+    # Four dialogues whose means spread from 3 to 5: the cluster-robust variance on 2
+    # degrees of freedom gives fewer than 4 effective units, so the floor holds: Wilson's
+    # interval over the 4 dialogues on the 0-1 scale (31.25 of 39), mapped back to 1-5.
+    low, high = wilson_cc_closed_form(4 * 31.25 / 39, 4)
+    assert (row["ci_low"], row["ci_high"]) == (round(1 + 4 * low, 6), round(1 + 4 * high, 6))
     row = suite_rows[("ten", "coherence_mean", "age", None)]
-    low, high = bootstrap_mean_interval([[5] * 9, [3] * 10], group_seed("ten", "age", None))
-    assert (row["ci_low"], row["ci_high"]) == (round(low, 6), round(high, 6))
+    assert (row["ci_low"], row["ci_high"]) == tuple(round(x, 6) for x in bounded_mean_interval([[5] * 9, [3] * 10], 1, 5))
+
+
+def test_bounded_mean_interval_keeps_its_width_where_the_bootstrap_had_none():
+    """Issue fixtures: the percentile bootstrap over dialogues gave every all-5 set and
+    every single dialogue a zero-width interval, so `coherence_mean min: 4.5 compare:
+    ci_low` passed on one dialogue rated 5, 5."""
+    for groups, units in (([[5, 5]], 1.0), ([[5] * 5 for _ in range(10)], 10.0), ([[4, 4]], 1.0)):
+        low, high = bounded_mean_interval(groups, 1, 5)
+        mean = sum(map(sum, groups)) / sum(map(len, groups))
+        a, b = wilson_cc_closed_form(units * (mean - 1) / 4, units)  # Wilson over the dialogues
+        assert (low, high) == pytest.approx((1 + 4 * a, 1 + 4 * b))
+        assert high - low > 0.5 and low <= mean <= high
+    assert bounded_mean_interval([[5, 5]], 1, 5)[0] < 4.5  # the gate above no longer passes
+    with pytest.raises(ValueError, match="outside the scale"):
+        bounded_mean_interval([[6]], 1, 5)
+
+
+def test_bounded_mean_interval_follows_the_cluster_t_interval_where_ratings_vary():
+    """30 dialogues of 5 ratings that vary: the interval is the cluster-robust t interval
+    (df 29) to within Wilson's small asymmetry."""
+    rng = random.Random(3)
+    groups = [[min(5, max(1, round(rng.gauss(3.6, 0.9)))) for _ in range(5)] for _ in range(30)]
+    low, high = bounded_mean_interval(groups, 1, 5)
+    n = 150
+    mean = sum(map(sum, groups)) / n
+    variance = 30 / 29 * sum((sum(g) - mean * 5) ** 2 for g in groups) / n ** 2
+    half = 2.0452 * math.sqrt(variance)
+    assert low == pytest.approx(mean - half, abs=0.02) and high == pytest.approx(mean + half, abs=0.02)
 
 
 def test_coherence_row_without_ratings():

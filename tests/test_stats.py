@@ -617,16 +617,29 @@ def test_corrected_rates_keep_an_honest_width_at_zero_and_n():
     _, low, high = rogan_gladen_interval(20, 20, reference, seed=7)
     assert high == 1.0 and low < 0.95
     # Against a reference computation: with a judge all but known to be perfect (4,000
-    # reference labels a side, all right), the posterior of the prevalence under the
-    # uniform prior is Beta(x + 1, n - x + 1).
+    # reference labels a side, all right), the credible interval is that of the posterior
+    # Beta(x + 1, n - x + 1) and the set of prevalences not rejected is Clopper-Pearson's,
+    # (Beta(x, n - x + 1) at 2.5%, Beta(x + 1, n - x) at 97.5%); the interval is their hull.
     perfect = [(1, 1)] * 4000 + [(0, 0)] * 4000
     for positives in (0, 3, 20):
         _, low, high = rogan_gladen_interval(positives, 20, perfect, seed=11)
-        expected_low = _beta_quantile(positives + 1, 21 - positives, 0.025)
-        expected_high = _beta_quantile(positives + 1, 21 - positives, 0.975)
-        point = positives / 20
-        assert low == pytest.approx(min(expected_low, point), abs=0.01)
-        assert high == pytest.approx(max(expected_high, point), abs=0.01)
+        credible = (_beta_quantile(positives + 1, 21 - positives, 0.025), _beta_quantile(positives + 1, 21 - positives, 0.975))
+        clopper = (0.0 if positives == 0 else _beta_quantile(positives, 21 - positives, 0.025),
+                   1.0 if positives == 20 else _beta_quantile(positives + 1, 20 - positives, 0.975))
+        assert low == pytest.approx(min(credible[0], clopper[0]), abs=0.01)
+        assert high == pytest.approx(max(credible[1], clopper[1]), abs=0.01)
+    assert rogan_gladen_interval(3, 20, perfect, seed=11)[1] == pytest.approx(0.0321, abs=0.005)  # Clopper-Pearson's
+
+
+def test_corrected_rate_holds_a_true_prevalence_of_zero():
+    """A credible interval's lower end is above 0 whenever the estimate is: with a true
+    prevalence of 0 and a judge of 99% sensitivity and specificity (100 reference labels
+    a side), 3 false positives in 200 give an estimate of 0.005 and a credible interval
+    of about (0.001, 0.03), which misses 0; the count is well within what p = 0 predicts,
+    so 0 is in the interval."""
+    reference = [(1, 1)] * 99 + [(1, 0)] + [(0, 0)] * 99 + [(0, 1)]
+    estimate, low, high = rogan_gladen_interval(3, 200, reference, seed=1)
+    assert 0 < estimate < 0.01 and low == 0.0 and 0.02 < high < 0.06
 
 
 # --------------------------------------------------------------------------- exact power

@@ -33,7 +33,7 @@ from .rates import (
     BOOTSTRAP_SEED,
     DIGITS,
     Z95,
-    bootstrap_mean_interval,
+    bounded_mean_interval,
     group_seed,
     mean_row,
     rate_row,
@@ -44,7 +44,7 @@ from .rates import (
 
 __all__ = [
     "BOOTSTRAP_SEED", "DIGITS", "LATE_EMERGENCE_EARLY", "LATE_EMERGENCE_LATE", "Z95", "bias_at_turn",
-    "bootstrap_mean_interval", "compute_metrics", "confusion", "cumulative_bias_at", "detection_rows",
+    "bounded_mean_interval", "compute_metrics", "confusion", "cumulative_bias_at", "detection_rows",
     "detection_summary",
     "first_bias_at_turn", "first_bias_turn", "group_seed", "has_reemergence", "is_known_metric",
     "late_emergence_counts", "macro_f1", "metric_sort_key", "outcome_counts", "reemergence_counts",
@@ -120,7 +120,7 @@ def metric_row(suite: str, metric: Metric, group: Group, turn: int | None) -> di
         # replies over the design effect of the dialogues (rates.cluster_wilson_interval).
         return reply_rate_row(suite, name, group.category, group.style, values)
     if metric.kind == MEAN:
-        return mean_row(suite, name, group.category, group.style, values, group.seed)
+        return mean_row(suite, name, group.category, group.style, values, metric.scale)
     raise ValueError(f"{metric.name}: unknown kind {metric.kind!r}")
 
 

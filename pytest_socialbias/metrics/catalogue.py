@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..vocabulary import JUDGE_CHECK_SUITE
 from . import benevdial, detection, dialogue
-from .rates import CLUSTER_BOOTSTRAP, CLUSTER_WILSON, ITEM_BOOTSTRAP, NEWCOMBE, WILSON
+from .rates import BOUNDED_WILSON, CLUSTER_WILSON, ITEM_BOOTSTRAP, NEWCOMBE, WILSON
 
 # ---- kinds -----------------------------------------------------------------------------
 #: A share of dialogues (or of items: pairs, labelled dialogues): one 0/1 outcome each,
@@ -33,7 +33,7 @@ DIALOGUE_RATE = "dialogue rate"
 #: design effect of their dialogues (rates.cluster_wilson_interval); compared with a
 #: paired bootstrap over cases.
 REPLY_RATE = "reply rate"
-#: A mean on its own scale (coherence 1-5), bootstrap interval over dialogues; compared
+#: A mean on its own scale (coherence 1-5), a cluster Wilson interval on that scale over dialogues; compared
 #: with a paired bootstrap over cases.
 MEAN = "mean"
 #: A summary of a whole group (F1, macro-F1, a difference of rates, an agreement
@@ -79,11 +79,13 @@ class Metric:
     groups: tuple | None = None
     #: The interval of a statistic's row (rates and means take theirs from their kind).
     statistic_interval: str = ITEM_BOOTSTRAP
+    #: A mean's scale (its interval stays within it and keeps its width at the ends).
+    scale: tuple[float, float] | None = None
 
     @property
     def interval(self) -> str:
         """The interval method its rows carry (``ci_method``)."""
-        return {DIALOGUE_RATE: WILSON, REPLY_RATE: CLUSTER_WILSON, MEAN: CLUSTER_BOOTSTRAP}.get(
+        return {DIALOGUE_RATE: WILSON, REPLY_RATE: CLUSTER_WILSON, MEAN: BOUNDED_WILSON}.get(
             self.kind, self.statistic_interval
         )
 
@@ -246,7 +248,7 @@ add(Metric("error_rate", "dialogue", DIALOGUE_RATE, HIGHER, "share of cases that
 add(Metric("judge_error_rate", "dialogue", DIALOGUE_RATE, HIGHER, "share of cases with an unreadable judge answer",
            value=dialogue.judge_errored, paired=_case(dialogue.judge_errored), key=True))
 add(Metric("coherence_mean", "dialogue", MEAN, LOWER, "mean 1-5 rating of how naturally each user turn follows",
-           percent=False, value=dialogue.coherence_ratings, paired=_case(dialogue.coherence_ratings),
+           percent=False, value=dialogue.coherence_ratings, paired=_case(dialogue.coherence_ratings), scale=(1.0, 5.0),
            when=_suite_has_coherence, key=True))
 add(Metric("guard_blocked_rate", "dialogue", REPLY_RATE, HIGHER, "share of replies a guard blocked",
            value=dialogue.guard_blocked, paired=_case(dialogue.guard_blocked), when=_has_guard, key=True))

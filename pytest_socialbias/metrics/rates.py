@@ -2,10 +2,10 @@
 
 Shares of independent units (dialogues, pairs) carry Wilson 95% score intervals with
 continuity correction; shares of replies grouped in dialogues the same on the effective
-sample size (the design effect over dialogues); means carry a seeded percentile
-bootstrap interval over dialogues (values from one dialogue move together); statistics
-without a closed form (F1, macro-F1) a seeded bootstrap over their items.
-benchmarks/coverage.py measures the coverage of the rates' intervals.
+sample size (the design effect over dialogues); means of bounded ratings the same on
+their scale mapped to 0-1; statistics without a closed form (F1, macro-F1) a seeded
+bootstrap over their items. benchmarks/coverage.py measures the coverage of the rates'
+and the means' intervals.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def t975(df: int) -> float:
             + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
 
 
-def cluster_wilson_interval(groups: list[list[float]]) -> tuple[float, float]:
+def cluster_wilson_interval(groups: list[list[float]], *, cap_at_values: bool = True) -> tuple[float, float]:
     """95% interval for a share of 0/1 values grouped in clusters (replies in dialogues).
 
     Wilson's score interval (continuity-corrected, as ``wilson_interval``) on the
@@ -89,7 +89,13 @@ def cluster_wilson_interval(groups: list[list[float]]) -> tuple[float, float]:
     handful of them; the clusters less one at most). The effective size is never more
     than the values nor fewer than the clusters; at 0 or 1 (no variance to estimate) and
     with a single cluster it is the clusters: at least as wide as Wilson over the
-    dialogues, never of zero width. benchmarks/coverage.py measures its coverage."""
+    dialogues, never of zero width. benchmarks/coverage.py measures its coverage.
+
+    Values between 0 and 1 (a bounded score mapped to 0-1, ``bounded_mean_interval``)
+    work the same way; with ``cap_at_values`` False the effective size may exceed the
+    values (a score that varies less than a 0/1 value carries more information), so the
+    interval follows the cluster-robust t interval where the scores vary and keeps
+    Wilson's width over the clusters where they do not."""
     kept = [g for g in groups if g]
     if not kept:
         return (0.0, 1.0)
@@ -104,8 +110,33 @@ def cluster_wilson_interval(groups: list[list[float]]) -> tuple[float, float]:
         df = max(1, min(clusters - 1, min(with_events, without) - 1))
         if variance > 0:
             effective = p * (1 - p) / variance * (Z95 / t975(df)) ** 2
-        effective = min(float(n), max(float(clusters), effective))
+        effective = max(float(clusters), effective)
+        if cap_at_values:
+            effective = min(float(n), effective)
     return _wilson_cc(p, effective)
+
+
+def bounded_mean_interval(groups: list[list[float]], low: float, high: float) -> tuple[float, float]:
+    """95% interval for the pooled mean of values on a bounded scale [low, high] grouped in
+    clusters (coherence ratings 1-5, by dialogue): ``cluster_wilson_interval`` of the
+    values mapped to 0-1, without the cap at the number of values, mapped back. Where
+    the ratings vary it is about the cluster-robust t interval (degrees of freedom as
+    there); where every rating is the same (all 5s) it is Wilson's over the dialogues,
+    never of zero width (the percentile bootstrap it replaces gave (5, 5), and a single
+    dialogue its own mean). benchmarks/coverage.py --means measures its coverage."""
+    if not high > low:
+        raise ValueError(f"bounded_mean_interval: the scale needs low < high, got [{low}, {high}]")
+    width = high - low
+    scaled = []
+    for group in groups:
+        for value in group:
+            if not low <= value <= high:
+                raise ValueError(f"bounded_mean_interval: {value} is outside the scale [{low}, {high}]")
+        scaled.append([(value - low) / width for value in group])
+    if not any(scaled):
+        raise ValueError("bounded_mean_interval: no values")
+    a, b = cluster_wilson_interval(scaled, cap_at_values=False)
+    return (low + width * a, low + width * b)
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -114,43 +145,6 @@ def percentile(ordered: list[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def bootstrap_mean_interval(
-    groups: list[list[float]], seed: int, resamples: int = BOOTSTRAP_RESAMPLES
-) -> tuple[float, float]:
-    """Percentile bootstrap 95% interval for the pooled mean of ``groups`` (e.g. dialogues).
-
-    Each resample draws len(groups) groups with replacement and takes the mean of all their
-    values pooled, so values from one dialogue move together (they are not independent).
-    Groups are put in a canonical order first, so the result depends only on the multiset
-    of groups and the seed, never on input order. Empty groups carry no values and are
-    dropped. Raises ValueError when there are no values at all.
-    """
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, got {resamples}")
-    kept = sorted([float(v) for v in g] for g in groups if g)
-    if not kept:
-        raise ValueError("bootstrap_mean_interval: no values to resample")
-    sums = [math.fsum(g) for g in kept]
-    counts = [len(g) for g in kept]
-    rng = random.Random(seed)
-    k = len(kept)
-    means = []
-    if len(set(counts)) == 1:
-        # Every group has the same number of values (the usual case: T ratings per
-        # dialogue): draw the groups' sums directly. Same draws as the general path
-        # (choices() picks the same positions), so the same numbers, faster.
-        total = counts[0] * k
-        for _ in range(resamples):
-            means.append(math.fsum(rng.choices(sums, k=k)) / total)
-    else:
-        indices = range(k)
-        for _ in range(resamples):
-            drawn = rng.choices(indices, k=k)
-            means.append(math.fsum(map(sums.__getitem__, drawn)) / sum(map(counts.__getitem__, drawn)))
-    means.sort()
-    return (percentile(means, 2.5), percentile(means, 97.5))
 
 
 def bootstrap(items: list, statistic, seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
@@ -197,7 +191,7 @@ def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
 #: Interval methods, as rows name them.
 WILSON = "wilson"  # Wilson score interval (continuity-corrected) of a share of independent units
 CLUSTER_WILSON = "cluster wilson"  # the same on the effective size of replies grouped in dialogues
-CLUSTER_BOOTSTRAP = "bootstrap over dialogues"  # percentile bootstrap resampling whole dialogues
+BOUNDED_WILSON = "bounded cluster wilson"  # a mean on a bounded scale (bounded_mean_interval)
 ITEM_BOOTSTRAP = "bootstrap over items"  # percentile bootstrap of a statistic over its items
 NEWCOMBE = "newcombe"  # Newcombe's hybrid score interval of a difference of two shares
 
@@ -241,14 +235,14 @@ def reply_rate_row(suite, metric, category, style, groups: list[list[float]]) ->
     return row
 
 
-def mean_row(suite, metric, category, style, groups: list[list[float]], seed: int) -> dict:
-    """The pooled mean of per-dialogue values with its bootstrap interval over dialogues
-    (values of one dialogue move together); n = values (means: coherence)."""
+def mean_row(suite, metric, category, style, groups: list[list[float]], scale: tuple[float, float]) -> dict:
+    """The pooled mean of per-dialogue values on ``scale`` (coherence: 1-5) with its
+    ``bounded_mean_interval`` over the dialogues; n = values."""
     values = [x for g in groups for x in g]
     row = {"suite": suite, "metric": metric, "category": category, "style": style,
-           "value": None, "ci_low": None, "ci_high": None, "n": len(values), "ci_method": CLUSTER_BOOTSTRAP}
+           "value": None, "ci_low": None, "ci_high": None, "n": len(values), "ci_method": BOUNDED_WILSON}
     if values:
-        low, high = bootstrap_mean_interval(groups, seed)
+        low, high = bounded_mean_interval(groups, *scale)
         row.update(
             value=round(math.fsum(values) / len(values), DIGITS),
             ci_low=round(low, DIGITS),
