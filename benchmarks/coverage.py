@@ -5,6 +5,8 @@
     python benchmarks/coverage.py --methods all    # also the methods we do not use
     python benchmarks/coverage.py --means          # means of 1-5 ratings (coherence)
     python benchmarks/coverage.py --corrected      # judge-corrected (Rogan-Gladen) rates
+    python benchmarks/coverage.py --differences    # Newcombe's difference intervals (exact)
+    python benchmarks/coverage.py --statistics     # kappa, AC1, F1 (judge check, detectors)
 
 Shares of replies (refusal_rate, bias_rate_passed, guard rates): replies are grouped in
 dialogues and correlated within them. Each cell of the grid draws ``--reps`` data sets:
@@ -348,6 +350,184 @@ def widest_against_best(rows: list[dict]) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- differences
+
+#: Differences of two shares, coverage computed exactly (every outcome enumerated):
+#: paired (a run against its baseline, case by case: p_baseline, the change, and the
+#: correlation of the two outcomes of a case) and unpaired (TR_OB - TR_BB: two shares).
+DIFFERENCES = {
+    "baseline": (0.0, 0.02, 0.1, 0.3, 0.5),
+    "change": (0.0, 0.05, 0.2),
+    "correlation": (0.0, 0.5),
+    "n": (10, 30, 80),
+}
+
+
+def _paired_cells(p2: float, p1: float, rho: float) -> tuple[float, float, float, float] | None:
+    """(pi11, pi10, pi01, pi00) with P(current) = p1, P(baseline) = p2 and correlation
+    rho, where it exists (pi10: baseline only, pi01: current only)."""
+    cov = rho * math.sqrt(p1 * (1 - p1) * p2 * (1 - p2))
+    pi11 = p1 * p2 + cov
+    cells = (pi11, p2 - pi11, p1 - pi11, 1 - p1 - p2 + pi11)
+    return cells if min(cells) >= -1e-12 else None
+
+
+def paired_coverage(n: int, cells, corrected: bool) -> tuple[float, float, float]:
+    """Exact coverage, mean width and probability of zero width of the paired interval."""
+    from pytest_socialbias.stats import paired_diff_interval
+
+    pi11, pi10, pi01, pi00 = (max(0.0, c) for c in cells)
+    truth = (pi11 + pi01) - (pi11 + pi10)
+    logf = [math.lgamma(k + 1) for k in range(n + 1)]
+
+    def log(x, k):
+        return 0.0 if k == 0 else (k * math.log(x) if x > 0 else -math.inf)
+
+    covered = width = zero = 0.0
+    for a in range(n + 1):
+        for b in range(n + 1 - a):
+            for c in range(n + 1 - a - b):
+                d = n - a - b - c
+                lp = logf[n] - logf[a] - logf[b] - logf[c] - logf[d] + log(pi11, a) + log(pi10, b) + log(pi01, c) + log(pi00, d)
+                if lp == -math.inf:
+                    continue
+                prob = math.exp(lp)
+                if prob < 1e-15:
+                    continue
+                low, high = paired_diff_interval(a, b, c, d, corrected=corrected)
+                covered += prob * (low - 1e-12 <= truth <= high + 1e-12)
+                width += prob * (high - low)
+                zero += prob * (high - low <= 1e-12)
+    return covered, width, zero
+
+
+def unpaired_coverage(n: int, p1: float, p2: float, corrected: bool) -> tuple[float, float, float]:
+    from pytest_socialbias.metrics.rates import newcombe_unpaired
+
+    pmf1 = [math.comb(n, k) * p1 ** k * (1 - p1) ** (n - k) for k in range(n + 1)]
+    pmf2 = [math.comb(n, k) * p2 ** k * (1 - p2) ** (n - k) for k in range(n + 1)]
+    covered = width = zero = 0.0
+    for x1, q1 in enumerate(pmf1):
+        if q1 < 1e-15:
+            continue
+        for x2, q2 in enumerate(pmf2):
+            if q2 < 1e-15:
+                continue
+            low, high = newcombe_unpaired(x1, n, x2, n, corrected=corrected)
+            covered += q1 * q2 * (low - 1e-12 <= p1 - p2 <= high + 1e-12)
+            width += q1 * q2 * (high - low)
+            zero += q1 * q2 * (high - low <= 1e-12)
+    return covered, width, zero
+
+
+def run_differences(grid: dict, methods: list[str]) -> list[dict]:
+    rows = []
+    for n in grid["n"]:
+        for p2 in grid["baseline"]:
+            for change in grid["change"]:
+                p1 = p2 + change
+                if p1 > 1:
+                    continue
+                for name in methods:
+                    corrected = name.endswith("-cc")
+                    if name.startswith("paired"):
+                        for rho in grid["correlation"]:
+                            cells = _paired_cells(p2, p1, rho)
+                            if cells is None or (rho and (p1 in (0, 1) or p2 in (0, 1))):
+                                continue
+                            cov, width, zero = paired_coverage(n, cells, corrected)
+                            rows.append({"method": name, "n": n, "baseline": p2, "change": change, "correlation": rho,
+                                         "coverage": cov, "width": width, "zero_width": zero})
+                    else:
+                        cov, width, zero = unpaired_coverage(n, p1, p2, corrected)
+                        rows.append({"method": name, "n": n, "baseline": p2, "change": change, "correlation": None,
+                                     "coverage": cov, "width": width, "zero_width": zero})
+    return rows
+
+
+DIFFERENCE_METHODS = ("paired", "paired-cc", "unpaired", "unpaired-cc")
+
+
+# --------------------------------------------------------------------------- statistics
+
+#: Judge or detector against reference labels: (prevalence, sensitivity, specificity),
+#: from a chance-level judge to a perfect one, and items labelled.
+STATISTICS = {
+    "truth": ((0.5, 0.7, 0.7), (0.5, 0.9, 0.9), (0.5, 0.9, 1.0), (0.5, 0.99, 0.95), (0.5, 1.0, 1.0),
+              (0.2, 0.7, 0.7), (0.2, 0.9, 0.9), (0.2, 0.9, 1.0), (0.2, 0.99, 0.95), (0.2, 1.0, 1.0)),
+    "n": (10, 30, 100, 300),
+}
+STATISTICS_SMALL = {"truth": ((0.2, 0.9, 1.0), (0.5, 1.0, 1.0)), "n": (10, 30)}
+
+
+def _table_statistics(cells) -> dict:
+    """kappa, AC1 and F1 of a 2x2 table (tp, fn, fp, tn) of counts or probabilities."""
+    from pytest_socialbias.stats import _kappa_ac1
+
+    kappa, ac1 = _kappa_ac1(*cells)
+    tp, fn, fp, _ = cells
+    return {"kappa": kappa, "ac1": ac1, "f1": 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else None}
+
+
+def stat_used(cells: list[int], seed: int, draws: int) -> dict:
+    """What the report prints: stats.agreement (kappa, AC1) and detection.f1_statistic."""
+    from pytest_socialbias.metrics.detection import f1_statistic
+    from pytest_socialbias.stats import agreement
+
+    tp, fn, fp, tn = cells
+    pairs = [(1, 1)] * tp + [(1, 0)] * fn + [(0, 1)] * fp + [(0, 0)] * tn
+    result = agreement(pairs, seed=seed, resamples=draws)
+    items = [("BB", None, 1)] * tp + [("BB", None, 0)] * fn + [("N", None, 1)] * fp + [("N", None, 0)] * tn
+    _, f1_interval, _ = f1_statistic(items, seed)
+    return {"kappa": (result["kappa_low"], result["kappa_high"]), "ac1": (result["ac1_low"], result["ac1_high"]),
+            "f1": f1_interval or (None, None)}
+
+
+def stat_bootstrap(cells: list[int], seed: int, draws: int) -> dict:
+    """The percentile bootstrap over items the report printed before."""
+    rng = np.random.default_rng(seed)
+    n = sum(cells)
+    values: dict = {"kappa": [], "ac1": [], "f1": []}
+    for drawn in rng.multinomial(n, np.array(cells) / n, size=draws):
+        for name, value in _table_statistics([int(x) for x in drawn]).items():
+            if value is not None:
+                values[name].append(value)
+    return {name: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) if v else (None, None)
+            for name, v in values.items()}
+
+
+STAT_METHODS = {"dirichlet": stat_used, "bootstrap": stat_bootstrap}
+
+
+def run_statistics(grid: dict, methods: list[str], reps: int, seed: int, draws: int = 2000) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for prevalence, sensitivity, specificity in grid["truth"]:
+        probabilities = [prevalence * sensitivity, prevalence * (1 - sensitivity),
+                         (1 - prevalence) * (1 - specificity), (1 - prevalence) * specificity]
+        truths = _table_statistics(probabilities)
+        for n in grid["n"]:
+            tables = [[int(x) for x in rng.multinomial(n, probabilities)] for _ in range(reps)]
+            for name in methods:
+                tally = {stat: [0, 0, 0, 0.0] for stat in truths}  # usable, covered, zero width, width
+                for rep, cells in enumerate(tables):
+                    estimates = _table_statistics(cells)
+                    for stat, (low, high) in STAT_METHODS[name](cells, rep, draws).items():
+                        if low is None or estimates[stat] is None:
+                            continue
+                        t = tally[stat]
+                        t[0] += 1
+                        t[1] += low - 1e-9 <= truths[stat] <= high + 1e-9
+                        t[2] += high - low <= 1e-12
+                        t[3] += high - low
+                for stat, (usable, covered, zero, width) in tally.items():
+                    if usable:
+                        rows.append({"method": f"{stat} {name}", "truth": (prevalence, sensitivity, specificity),
+                                     "value": round(truths[stat], 4), "dialogues": n, "coverage": covered / usable,
+                                     "width": width / usable, "zero_width": zero, "reps": usable})
+    return rows
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """Per method: its worst cell with at least MIN_UNITS dialogues, and zero widths."""
     out = []
@@ -377,6 +557,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the judge-corrected rate's interval instead (reference sets of 20 and 200, sensitivity and "
                              "specificity 0.7-0.99; methods hull (used), credible, clipped-bootstrap (before); "
                              "--reps 200 takes about ten minutes a method)")
+    parser.add_argument("--differences", action="store_true",
+                        help="Newcombe's intervals of a difference of two shares, paired (against a baseline) and "
+                             "unpaired (TR_OB - TR_BB), exact coverage; methods paired, unpaired (used), paired-cc, "
+                             "unpaired-cc (continuity-corrected components)")
+    parser.add_argument("--statistics", action="store_true",
+                        help="kappa, AC1 (judge check) and F1 (detectors) against reference labels: methods dirichlet "
+                             "(used), bootstrap (before)")
     parser.add_argument("--means", action="store_true",
                         help="means of 1-5 ratings (coherence) instead: methods bounded-wilson (used), bootstrap "
                              "(before), cluster-t")
@@ -399,6 +586,41 @@ def main(argv: list[str] | None = None) -> int:
                   f"{worst['truth']}, reference {worst['reference']}, accuracy {worst['accuracy']}, run {worst['run']}; "
                   f"cells < 93%: {sum(1 for r in mine if r['coverage'] < TARGET_COVERAGE)}/{len(mine)}; "
                   f"zero-width intervals: {sum(r['zero_width'] for r in mine)}")
+        return 0
+    if args.differences:
+        names = ["paired", "unpaired"] if args.methods == "used" else list(DIFFERENCE_METHODS) if args.methods == "all" else args.methods.split(",")
+        started = time.perf_counter()
+        rows = run_differences(DIFFERENCES, names)
+        if args.cells:
+            print("method        n    baseline  change  correlation  coverage  width  P(zero width)")
+            for r in rows:
+                print(f"{r['method']:<13} {r['n']:<4} {r['baseline']:<9} {r['change']:<7} {str(r['correlation']):<12} "
+                      f"{100 * r['coverage']:6.2f}%  {r['width']:.3f}  {r['zero_width']:.4f}")
+        print(f"differences of two shares, exact coverage (every outcome enumerated), {time.perf_counter() - started:.0f} s")
+        for name in names:
+            mine = [r for r in rows if r["method"] == name]
+            worst = min(mine, key=lambda r: r["coverage"])
+            print(f"{name:<13} worst cell {100 * worst['coverage']:.2f}% (width {worst['width']:.3f}) at n {worst['n']}, "
+                  f"baseline {worst['baseline']}, change {worst['change']}, correlation {worst['correlation']}; "
+                  f"cells < 93%: {sum(1 for r in mine if r['coverage'] < TARGET_COVERAGE)}/{len(mine)}; "
+                  f"largest chance of a zero-width interval: {max(r['zero_width'] for r in mine):.4f}")
+        return 0
+    if args.statistics:
+        names = ["dirichlet"] if args.methods == "used" else list(STAT_METHODS) if args.methods == "all" else args.methods.split(",")
+        started = time.perf_counter()
+        rows = run_statistics(STATISTICS_SMALL if args.small else STATISTICS, names, args.reps, args.seed)
+        if args.cells:
+            print("statistic, method     truth (prevalence, se, sp)  value   items  coverage  width  zero-width")
+            for r in rows:
+                print(f"{r['method']:<21} {str(r['truth']):<27} {r['value']:<7} {r['dialogues']:<6} "
+                      f"{100 * r['coverage']:6.1f}%  {r['width']:.3f}  {r['zero_width']}")
+        print(f"kappa, AC1 and F1 against reference labels, {args.reps} data sets per cell, "
+              f"{time.perf_counter() - started:.0f} s")
+        for s in summary(rows):
+            w = s["worst"]
+            print(f"{s['method']:<21} worst cell (>= 10 items) {100 * w['coverage']:.1f}% (width {w['width']:.3f}) at "
+                  f"{w['truth']}, {w['dialogues']} items; cells < 93%: {s['cells_below_target']}/{s['cells']}; "
+                  f"zero-width intervals: {s['zero_width']} in {s['zero_width_cells']} cells")
         return 0
     if args.means:
         names = ["bounded-wilson"] if args.methods == "used" else list(MEAN_METHODS) if args.methods == "all" else args.methods.split(",")

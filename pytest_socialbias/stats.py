@@ -23,17 +23,21 @@ Methods and references:
   method 10 of Newcombe (1998, Stat Med 17:2635-2650): Wilson (1927) intervals for both
   marginal proportions combined with the corrected phi coefficient.
 - :func:`holm`: Holm (1979, Scand J Stat 6:65-70) step-down adjusted p-values.
-- :func:`mcnemar_mde`: minimum detectable difference from Connor's (1987, Biometrics
-  43:207-211) sample-size formula for McNemar's test.
+- :func:`mcnemar_exact_mde`, :func:`margin_test_mde`: minimum detectable difference of
+  the exact test that is run (McNemar's, or the margin test), where its exact power, by
+  enumeration of the outcomes it rejects, reaches the target; :func:`mcnemar_mde` is
+  Connor's (1987, Biometrics 43:207-211) normal approximation, kept for comparison (it
+  overstates the exact tests' power).
 - :func:`paired_bootstrap`: case-resampling percentile bootstrap (Efron & Tibshirani 1993)
   with Davison & Hinkley's (1997) ``(1 + count) / (B + 1)`` p-values.
 - :func:`agreement`: Cohen's (1960) kappa and Gwet's (2008, Br J Math Stat Psychol
-  61:29-48) AC1 with percentile bootstrap intervals; sensitivity and specificity with
-  Wilson intervals.
+  61:29-48) AC1 with intervals from the Jeffreys (Dirichlet) posterior of the agreement
+  table; sensitivity and specificity with Wilson intervals.
 - :func:`rogan_gladen`, :func:`rogan_gladen_interval`: prevalence corrected for an
-  imperfect judge (Rogan & Gladen 1978, Am J Epidemiol 107:71-76).
+  imperfect judge (Rogan & Gladen 1978, Am J Epidemiol 107:71-76), with the hull of a
+  credible interval and the prevalences the run's count does not reject.
 
-Every bootstrap takes a seed and uses its own ``random.Random(seed)``; inputs are put in a
+Every resampling takes a seed and uses its own ``random.Random(seed)``; inputs are put in a
 canonical (sorted) order first, so a result depends only on the data and the seed, never on
 input order.
 """
@@ -45,7 +49,7 @@ import math
 import random
 from statistics import NormalDist
 
-from .metrics.rates import Z95, percentile, wilson_interval
+from .metrics.rates import Z95, dirichlet_interval, percentile, wilson_interval
 
 ALTERNATIVES = ("greater", "less", "two-sided")
 
@@ -297,7 +301,9 @@ def _newcombe_phi(n11: int, n10: int, n01: int, n00: int) -> float:
     return numerator / math.sqrt(margins)
 
 
-def paired_diff_interval(n11: int, n10: int, n01: int, n00: int, confidence: float = 0.95) -> tuple[float, float]:
+def paired_diff_interval(
+    n11: int, n10: int, n01: int, n00: int, confidence: float = 0.95, corrected: bool = False
+) -> tuple[float, float]:
     """Newcombe's (1998) method 10 interval for p_current - p_baseline of paired data.
 
     With p1 = p_current = (n11 + n01) / n and p2 = p_baseline = (n11 + n10) / n, Wilson
@@ -306,7 +312,8 @@ def paired_diff_interval(n11: int, n10: int, n01: int, n00: int, confidence: flo
         lower = (p1 - p2) - sqrt((p1 - l1)^2 - 2 phi (p1 - l1)(u2 - p2) + (u2 - p2)^2)
         upper = (p1 - p2) + sqrt((u1 - p1)^2 - 2 phi (u1 - p1)(p2 - l2) + (p2 - l2)^2)
 
-    Both ends are clamped to [-1, 1]. Returns (-1.0, 1.0) when n == 0.
+    Both ends are clamped to [-1, 1]. Returns (-1.0, 1.0) when n == 0. ``corrected``:
+    the Wilson intervals with continuity correction (Newcombe's method 11).
     """
     _check_counts(n11=n11, n10=n10, n01=n01, n00=n00)
     z = _check_confidence(confidence)
@@ -315,8 +322,8 @@ def paired_diff_interval(n11: int, n10: int, n01: int, n00: int, confidence: flo
         return (-1.0, 1.0)
     p1 = (n11 + n01) / n
     p2 = (n11 + n10) / n
-    l1, u1 = wilson_interval(n11 + n01, n, z, corrected=False)  # Newcombe's method 10, as published
-    l2, u2 = wilson_interval(n11 + n10, n, z, corrected=False)
+    l1, u1 = wilson_interval(n11 + n01, n, z, corrected=corrected)
+    l2, u2 = wilson_interval(n11 + n10, n, z, corrected=corrected)
     phi = _newcombe_phi(n11, n10, n01, n00)
     below = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     above = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
@@ -489,6 +496,67 @@ def mcnemar_exact_mde(n: int, discordance: float, alpha: float = 0.05, power: fl
     return high
 
 
+@functools.lru_cache(maxsize=256)
+def _margin_critical(n: int, margin: float, alpha: float) -> float | None:
+    """The smallest Tango statistic the exact unconditional margin test rejects at with n
+    pairs (its p-value ``exact_margin_tail`` at most ``alpha``), found by bisection over
+    the statistic's attainable values; None when no outcome is rejected."""
+    values = sorted({round(tango_z(a, b, n, margin), 12) for a in range(n + 1) for b in range(n - a + 1)})
+    if exact_margin_tail(n, margin, values[-1]) > alpha:
+        return None
+    low, high = 0, len(values) - 1  # tail(values[high]) <= alpha; the tail falls as z grows
+    while low < high:
+        mid = (low + high) // 2
+        if exact_margin_tail(n, margin, values[mid]) <= alpha:
+            high = mid
+        else:
+            low = mid + 1
+    return values[low]
+
+
+def margin_test_power(n: int, discordance: float, difference: float, margin: float, alpha: float) -> float:
+    """The power of the exact unconditional margin test (``paired_margin_test(...,
+    margin, "greater")`` at level ``alpha``) with ``n`` pairs, when the share of
+    discordant pairs is ``discordance`` and the true paired difference is ``difference``:
+    the trinomial probability of the outcomes whose statistic reaches the critical value,
+    by enumeration."""
+    _check_counts(n=n)
+    if not 0 < discordance <= 1 or not 0 <= difference <= discordance:
+        raise ValueError(f"need 0 < discordance <= 1 and 0 <= difference <= discordance, got {discordance}, {difference}")
+    rejected = _margin_rejection_region(n, margin, alpha)
+    if rejected is None:
+        return 0.0
+    region, complement = rejected
+    p10 = (discordance - difference) / 2  # p01 = p10 + difference
+    return _region_probability(n, difference, p10, region, complement, _log_factorials(n))
+
+
+@functools.lru_cache(maxsize=64)
+def _margin_rejection_region(n: int, margin: float, alpha: float):
+    """``_region`` of the outcomes the margin test rejects (see ``_margin_critical``)."""
+    critical = _margin_critical(n, margin, alpha)
+    return None if critical is None else _region(n, margin, critical)
+
+
+def margin_test_mde(n: int, discordance: float, margin: float, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """The smallest paired difference (above ``margin``) the exact margin test at
+    ``alpha`` finds with probability ``power`` (``margin_test_power``), to 1e-4; None when
+    even every discordant pair going one way is found less often. Never 0."""
+    _check_counts(n=n)
+    if n == 0 or not 0 < discordance <= 1 or discordance <= margin:
+        return None
+    if margin_test_power(n, discordance, discordance, margin, alpha) < power:
+        return None
+    low, high = float(margin), float(discordance)  # power(low) <= alpha < power <= power(high)
+    while high - low > 1e-4:
+        mid = (low + high) / 2
+        if margin_test_power(n, discordance, mid, margin, alpha) >= power:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
 # --------------------------------------------------------------------------- bootstrap
 
 
@@ -604,8 +672,8 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
     positive shares, defined as 1.0 when pe == 1 (both raters constant and equal, so
     po == 1 too); ``ac1``: Gwet's (po - pe) / (1 - pe) with pe = 2 pi (1 - pi), pi = (pr +
     pj) / 2 (never degenerate: pe <= 1/2); ``kappa_low``/``kappa_high`` and
-    ``ac1_low``/``ac1_high``: 95% percentile bootstrap over items (seeded; a resample with
-    pe == 1 counts kappa 1.0 by the same rule); ``sensitivity``: judge 1 among reference 1
+    ``ac1_low``/``ac1_high``: 95% intervals from the Jeffreys posterior of the 2x2 table
+    (``rates.dirichlet_interval``, ``resamples`` seeded draws); ``sensitivity``: judge 1 among reference 1
     (None without reference positives) and ``specificity``: judge 0 among reference 0 (None
     without reference negatives), each with 95% Wilson ends ``*_low``/``*_high``;
     ``prevalence_reference`` and ``prevalence_judge``: the positive shares pr and pj.
@@ -625,14 +693,7 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
         return result
     n11, n10, n01, n00 = _cells(items)
     kappa, ac1 = _kappa_ac1(n11, n10, n01, n00)
-    rng = random.Random(seed)
-    kappas, ac1s = [], []
-    for _ in range(resamples):
-        k, a = _kappa_ac1(*_cells(rng.choices(items, k=n)))
-        kappas.append(k)
-        ac1s.append(a)
-    kappas.sort()
-    ac1s.sort()
+    cells = [n11, n10, n01, n00]
     result.update(
         agreement=(n11 + n00) / n,
         kappa=kappa,
@@ -640,8 +701,10 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
         prevalence_reference=(n11 + n10) / n,
         prevalence_judge=(n11 + n01) / n,
     )
-    result["kappa_low"], result["kappa_high"] = _quantile_ends(kappas, 0.95)
-    result["ac1_low"], result["ac1_high"] = _quantile_ends(ac1s, 0.95)
+    result["kappa_low"], result["kappa_high"] = dirichlet_interval(
+        cells, lambda p: _kappa_ac1(*p)[0], seed, estimate=kappa, draws=resamples)
+    result["ac1_low"], result["ac1_high"] = dirichlet_interval(
+        cells, lambda p: _kappa_ac1(*p)[1], seed, estimate=ac1, draws=resamples)
     # Each share's own denominator: the reference positives, the reference negatives.
     result["sensitivity_n"], result["specificity_n"] = n11 + n10, n01 + n00
     if n11 + n10:
@@ -678,8 +741,8 @@ def multiclass_agreement(pairs: list[tuple[str, str]], classes: tuple, seed: int
     ``agreement`` (share of equal labels) with 95% Wilson ends; ``kappa``: Cohen's
     (po - pe) / (1 - pe), pe = sum_k pr_k pj_k (1.0 when pe == 1, as for two classes);
     ``ac1``: Gwet's multi-category (po - pe) / (1 - pe), pe = sum_k pi_k (1 - pi_k) / (K -
-    1), pi_k = (pr_k + pj_k) / 2 (never degenerate: pe <= 1/K); both with 95% percentile
-    bootstrap ends over items (seeded); ``recall``: per reference class, the share the
+    1), pi_k = (pr_k + pj_k) / 2 (never degenerate: pe <= 1/K); both with 95% ends from
+    the Jeffreys posterior of the K x K table (``rates.dirichlet_interval``, seeded); ``recall``: per reference class, the share the
     judge labels the same, with Wilson ends (None for a class absent from the reference).
     With no pairs, n is 0 and every value None.
     """
@@ -708,14 +771,12 @@ def multiclass_agreement(pairs: list[tuple[str, str]], classes: tuple, seed: int
 
     confusion = table(items)
     kappa, ac1 = _multiclass_kappa_ac1(confusion)
-    rng = random.Random(seed)
-    kappas, ac1s = [], []
-    for _ in range(resamples):
-        k, a = _multiclass_kappa_ac1(table(rng.choices(items, k=n)))
-        kappas.append(k)
-        ac1s.append(a)
-    kappas.sort()
-    ac1s.sort()
+    size = len(classes)
+    cells = [confusion[i][j] for i in range(size) for j in range(size)]
+
+    def square(p: list[float]) -> list[list[float]]:
+        return [p[i * size:(i + 1) * size] for i in range(size)]
+
     agree = sum(confusion[i][i] for i in range(len(classes)))
     result.update(
         confusion={c: {d: confusion[i][j] for j, d in enumerate(classes)} for i, c in enumerate(classes)},
@@ -724,8 +785,10 @@ def multiclass_agreement(pairs: list[tuple[str, str]], classes: tuple, seed: int
         ac1=ac1,
     )
     result["agreement_low"], result["agreement_high"] = wilson_interval(agree, n, Z95)
-    result["kappa_low"], result["kappa_high"] = _quantile_ends(kappas, 0.95)
-    result["ac1_low"], result["ac1_high"] = _quantile_ends(ac1s, 0.95)
+    result["kappa_low"], result["kappa_high"] = dirichlet_interval(
+        cells, lambda p: _multiclass_kappa_ac1(square(p))[0], seed, estimate=kappa, draws=resamples)
+    result["ac1_low"], result["ac1_high"] = dirichlet_interval(
+        cells, lambda p: _multiclass_kappa_ac1(square(p))[1], seed, estimate=ac1, draws=resamples)
     for i, c in enumerate(classes):
         total = sum(confusion[i])
         if total:

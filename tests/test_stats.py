@@ -484,12 +484,27 @@ def test_agreement_high_agreement_low_kappa_paradox():
     assert result["specificity"] == 0.0
 
 
+@pytest.mark.parametrize("n", [10, 40])
+def test_a_perfect_judge_no_longer_gets_a_zero_width_kappa(n):
+    """Issue item: the percentile bootstrap over items gave a judge that agreed with every
+    reference label the interval (1, 1): every resample agrees perfectly too. The
+    posterior of the table keeps the chance of a disagreement not yet seen."""
+    pairs = [(1, 1)] * (n // 2) + [(0, 0)] * (n // 2)
+    result = agreement(pairs, seed=2, resamples=2000)
+    assert result["kappa"] == 1.0 and result["kappa_high"] == 1.0
+    assert 0.2 < result["kappa_low"] < 1.0 - 0.5 / n  # 0.36 at 10 items, 0.81 at 40
+    assert result["kappa_low"] < agreement(pairs * 4, seed=2, resamples=2000)["kappa_low"]  # more items, narrower
+
+
 def test_agreement_degenerate_kappa_and_missing_classes():
     # Both raters always say 1: pe = 1 and po = 1, kappa defined as 1.0;
     # AC1: pi = 1, pe = 0 -> 1.0. No reference negatives -> no specificity.
     result = agreement([(1, 1)] * 8, seed=0, resamples=50)
-    assert result["kappa"] == 1.0 and result["kappa_low"] == 1.0 and result["kappa_high"] == 1.0
-    assert result["ac1"] == 1.0
+    assert result["kappa"] == 1.0 and result["kappa_high"] == 1.0
+    # Eight items, all positive on both sides, say little about chance-corrected
+    # agreement: the interval is wide, where the bootstrap over items gave (1, 1).
+    assert result["kappa_low"] < 0.5
+    assert result["ac1"] == 1.0 and result["ac1_high"] == 1.0 and result["ac1_low"] < 0.9
     assert result["sensitivity"] == 1.0
     assert result["specificity"] is None and result["specificity_low"] is None
     # Reference always 0, judge always 1: po = 0, pe = 0*1 + 1*0 = 0 -> kappa 0;
@@ -679,6 +694,40 @@ def test_the_exact_mde_is_where_the_exact_test_reaches_its_power(n, discordance)
     assert exact > connor
     assert mcnemar_exact_power(n, discordance, exact, 0.05) >= 0.8
     assert mcnemar_exact_power(n, discordance, exact - 2e-4, 0.05) < 0.8
+
+
+@pytest.mark.parametrize("discordance, difference", [(0.3, 0.1), (0.5, 0.3), (0.2, 0.2), (0.4, 0.05)])
+def test_margin_test_power_matches_running_the_test_on_every_outcome(discordance, difference):
+    """The power by the test's rejection region, against running paired_margin_test on
+    every (n10, n01) of 20 pairs and adding the trinomial probabilities of the rejected."""
+    from pytest_socialbias.stats import margin_test_power
+
+    n, margin, alpha = 20, 0.05, 0.05
+    p10, p01 = (discordance - difference) / 2, (discordance + difference) / 2
+    brute = 0.0
+    for a in range(n + 1):
+        for b in range(n - a + 1):
+            if paired_margin_test(0, a, b, n - a - b, margin, "greater") <= alpha:
+                brute += (math.factorial(n) / (math.factorial(a) * math.factorial(b) * math.factorial(n - a - b))
+                          * p10 ** a * p01 ** b * (1 - discordance) ** (n - a - b))
+    assert margin_test_power(n, discordance, difference, margin, alpha) == pytest.approx(brute, abs=1e-12)
+
+
+def test_the_margin_tests_mde_is_where_it_reaches_its_power():
+    """Issue fixture: with a margin of 0.02, 240 pairs and discordance 0.2, Connor's MDE
+    was printed as 0.091, where the exact margin test's power is 0.726 (0.070 and 0.776 at
+    discordance 0.1); the MDE printed now is the margin test's own."""
+    from pytest_socialbias.stats import margin_test_mde, margin_test_power
+
+    for discordance, connor_value, connor_power in ((0.2, 0.0913, 0.726), (0.1, 0.0703, 0.776)):
+        connor = mcnemar_mde(240, discordance, 0.05, 0.8, 0.02)
+        assert connor == pytest.approx(connor_value, abs=1e-4)
+        assert margin_test_power(240, discordance, connor, 0.02, 0.05) == pytest.approx(connor_power, abs=1e-3)
+        exact = margin_test_mde(240, discordance, 0.02)
+        assert exact > connor
+        assert margin_test_power(240, discordance, exact, 0.02, 0.05) >= 0.8 > margin_test_power(240, discordance, exact - 2e-4, 0.02, 0.05)
+    assert margin_test_mde(240, 0.04, 0.02) is None  # no worsening detectable: none, never 0
+    assert margin_test_mde(80, 0.02, 0.02) is None  # discordance at the margin
 
 
 def test_no_detectable_worsening_is_none_never_zero():

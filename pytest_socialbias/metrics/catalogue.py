@@ -22,7 +22,7 @@ from typing import Callable
 
 from ..vocabulary import JUDGE_CHECK_SUITE
 from . import benevdial, detection, dialogue
-from .rates import BOUNDED_WILSON, CLUSTER_WILSON, ITEM_BOOTSTRAP, NEWCOMBE, WILSON
+from .rates import BOUNDED_WILSON, CLUSTER_WILSON, DIRICHLET, NEWCOMBE, WILSON
 
 # ---- kinds -----------------------------------------------------------------------------
 #: A share of dialogues (or of items: pairs, labelled dialogues): one 0/1 outcome each,
@@ -78,7 +78,7 @@ class Metric:
     #: Group kinds it is computed on (None: every group of its family).
     groups: tuple | None = None
     #: The interval of a statistic's row (rates and means take theirs from their kind).
-    statistic_interval: str = ITEM_BOOTSTRAP
+    statistic_interval: str = DIRICHLET
     #: A mean's scale (its interval stays within it and keeps its width at the ends).
     scale: tuple[float, float] | None = None
 
@@ -341,4 +341,4 @@ _JUDGE_CHECK_STATISTICS["refusal"] = _JUDGE_CHECK_STATISTICS["bias"]
 for _task in ("bias", "refusal", "treatment"):
     for _stat, _percent, _what in _JUDGE_CHECK_STATISTICS[_task]:
         add(Metric(f"{_task}_judge_{_stat}", JUDGE_CHECK_SUITE, STATISTIC, LOWER, f"{_task} judge: {_what}",
-                   percent=_percent, in_snapshot=False, statistic_interval=ITEM_BOOTSTRAP if not _percent else WILSON))
+                   percent=_percent, in_snapshot=False, statistic_interval=DIRICHLET if not _percent else WILSON))
