@@ -69,8 +69,9 @@ def check_suites(paths: list[Path], ignored: list[Path], overrides) -> list:
 
 def check_gates_reachable(gates, suites, thresholds: Path) -> None:
     """ConfigError naming the gate's line when the run's own suite can never give its
-    gate a number: a turn beyond the suite's turns (after --socialbias-turns), or a
-    category or style the suite has no case of. ``allow_empty: true`` gates are left
+    gate a number: a turn beyond the suite's turns (after --socialbias-turns), a
+    category or style the suite has no case of, a detector variant it does not run, or a
+    BenevDial role, axis or demographic value none of its dialogues has. ``allow_empty: true`` gates are left
     alone (they are meant for runs that may not measure them)."""
     from .metrics.catalogue import turns_needed
     from .vocabulary import CATEGORIES, STYLES, TRACKS
@@ -105,11 +106,52 @@ def check_gates_reachable(gates, suites, thresholds: Path) -> None:
         elif cases[0].protocol == "benevdial_detect" and gate.style and gate.style not in styles:
             problem = (f"the suite runs no {gate.style} variant (its variants: {', '.join(styles) or 'none'}); "
                        "add it to the suite's variants:, fix the gate's variant, or add allow_empty: true")
+        else:
+            problem = _benevdial_unreachable(gate, cases)
         if problem:
             if node is None:
                 _, node = read_yaml(thresholds, "thresholds file")
             line = yaml_line(node, ["gates", index])
             raise ConfigError(f"{thresholds}:{line}: gate {gate.name!r} can never be evaluated on suite {gate.suite!r}: {problem}")
+
+
+def _benevdial_unreachable(gate, cases) -> str | None:
+    """Why a BenevDial dialogue suite's cases can never fill a gate's ``axis``/``value``
+    (its category: ``gender`` or ``gender=female``) or ``role`` (its style); None when
+    they can, or when a case does not say (hand-written pairs)."""
+    if cases[0].protocol not in ("benevdial_agent", "benevdial_pairs"):
+        return None
+    roles, values, axes = set(), set(), set()
+    for case in cases:
+        condition, pair = case.extra.get("condition"), case.extra.get("pair")
+        if condition is not None and hasattr(condition, "profile"):
+            roles.add(condition.role)
+            profiles = [condition.profile]
+        elif pair is not None and hasattr(pair, "axis"):
+            roles.add(pair.role)
+            axes.add(pair.axis)
+            profiles = [pair.a, pair.b]
+        else:
+            return None
+        for profile in profiles:
+            values.update(f"{axis}={profile.value(axis)}" for axis in ("age", "gender", "race", "ability"))
+    if gate.style and gate.style not in roles:
+        return (f"the suite has no {gate.style} role (its roles: {', '.join(sorted(roles))}); "
+                "sample more, fix the gate's role or add allow_empty: true")
+    category = gate.category
+    if not category:
+        return None
+    axis, _, value = category.partition("=")
+    if axis not in ("age", "gender", "race", "ability"):
+        return None
+    if value and category not in values:
+        present = sorted(v.partition("=")[2] for v in values if v.startswith(axis + "="))
+        return (f"no {'pair' if axes else 'dialogue'} of the suite has {axis} {value} (its {axis} values: "
+                f"{', '.join(present)}); sample more of it, fix the gate's value or add allow_empty: true")
+    if not value and cases[0].protocol == "benevdial_pairs" and axis not in axes:
+        return (f"no pair of the suite differs in {axis} (its pairs' axes: {', '.join(sorted(axes))}); "
+                "sample more pairs, fix the gate's axis or add allow_empty: true")
+    return None
 
 
 def check_gate_suites(gates, thresholds: Path, root: Path) -> None:

@@ -202,6 +202,24 @@ def test_gates_filter_by_axis_value_and_role(project, server):
     assert result.ret == 1
 
 
+@pytest.mark.parametrize(
+    "suite, gate, needle",
+    [
+        ("agent.yaml", {"name": "bb-x", "suite": "benevdial-agent", "metric": "bb_rate", "axis": "ability", "value": "telepathic", "max": 0.1},
+         "gate 'bb-x' can never be evaluated on suite 'benevdial-agent': no dialogue of the suite has ability telepathic "
+         "(its ability values: "),
+        ("agent.yaml", {"name": "bb-r", "suite": "benevdial-agent", "metric": "bb_rate", "role": "astronaut", "max": 0.1},
+         "gate 'bb-r' can never be evaluated on suite 'benevdial-agent': the suite has no astronaut role (its roles: "),
+    ],
+)
+def test_a_benevdial_gate_on_a_value_or_role_no_dialogue_has_is_a_usage_error(project, server, suite, gate, needle):
+    (project.path / "thresholds.yaml").write_text(thresholds_yaml(gate))
+    result, _ = run(project, server, suite, "--socialbias-sample=4")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()[-2000:]
+    assert needle in result.stderr.str()
+    assert server.request_count == 0
+
+
 def test_html_report_shows_classes_and_both_pair_dialogues(project, server):
     import html5lib
 
@@ -273,3 +291,37 @@ def test_a_pair_judge_error_counts_against_the_dialogue_whose_judgement_failed()
     rows = {(r["metric"], r["category"], r["style"]): r for r in compute_metrics(records)}
     assert (rows[("error_rate", None, None)]["value"], rows[("error_rate", None, None)]["n"]) == (round(1 / 6, 6), 6)
     assert rows[("judge_error_rate", None, None)]["value"] == round(1 / 6, 6)
+
+
+def test_generated_pairs_are_checked_for_the_gates_axis_value_and_role():
+    """benevdial_pairs suites of generated pairs: an axis no pair differs in, a value no
+    member has, a role no pair has; a suite with hand-written pairs is not checked (their
+    profiles are not given on every axis)."""
+    from types import SimpleNamespace
+
+    from pytest_socialbias.benevdial.conditions import load_conditions, make_pairs
+    from pytest_socialbias.cases import Case
+    from pytest_socialbias.preflight import _benevdial_unreachable
+
+    pairs = make_pairs(load_conditions(SUITES / "conditions.yaml"), 2, 7)
+    cases = [Case(suite="p", protocol="benevdial_pairs", id=p.id, category=p.role, group=p.axis, statement="",
+                  extra={"pair": p}) for p in pairs]
+    axes = {p.axis for p in pairs}
+    values = {f"{axis}={getattr(profile, axis)}" for p in pairs for profile in (p.a, p.b)
+              for axis in ("age", "gender", "race", "ability")}
+
+    def gate(category=None, style=None):
+        return SimpleNamespace(category=category, style=style)
+
+    some = sorted(values)[0]
+    assert _benevdial_unreachable(gate(some), cases) is None
+    assert _benevdial_unreachable(gate(some.partition("=")[0] + "=nowhere"), cases).startswith("no pair of the suite has")
+    missing = [a for a in ("age", "gender", "race", "ability") if a not in axes]
+    for axis in missing:
+        assert "no pair of the suite differs in" in _benevdial_unreachable(gate(axis), cases)
+    for axis in axes:
+        assert _benevdial_unreachable(gate(axis), cases) is None
+    assert "has no astronaut role" in _benevdial_unreachable(gate(style="astronaut"), cases)
+    hand = cases + [Case(suite="p", protocol="benevdial_pairs", id="h", category="x", group="age", statement="",
+                         extra={"pair": {"id": "h", "axis": "age"}})]
+    assert _benevdial_unreachable(gate("age=nowhere"), hand) is None
