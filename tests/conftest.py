@@ -16,6 +16,23 @@ from . import fakeworld
 #: would import the SDKs again (about 1 s each).
 PRELOADED_SDKS = (anthropic, openai)
 
+
+def _preload_extensions() -> None:
+    """numpy refuses a second import in one process ("cannot load module more than once
+    per process"): when an in-process run was the first to import it (the HTML report's
+    figures, through matplotlib), pytester dropped it and the next run's import failed.
+    Imported here, before any run, it is never dropped."""
+    import importlib
+
+    for name in ("numpy", "matplotlib", "matplotlib.figure"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # optional extras: tests that need them skip
+            pass
+
+
+_preload_extensions()
+
 pytest_plugins = ["pytester"]
 
 
