@@ -168,7 +168,7 @@ def _preflight(config: pytest.Config, settings, gates) -> None:
     suites = check_suites(paths, ignored, settings.suite_overrides)
     if gates:
         check_gate_suites(gates, settings.thresholds_file, Path(config.rootpath))
-        check_gates_reachable(gates, suites, settings.thresholds_file)
+        check_gates_reachable(gates, suites, settings.thresholds_file, settings)
 
 
 def _xdist_queued_items(config: pytest.Config) -> list:

@@ -67,10 +67,11 @@ def check_suites(paths: list[Path], ignored: list[Path], overrides) -> list:
     return [load_suite(path, overrides) for path in suite_files(paths, ignored)]
 
 
-def check_gates_reachable(gates, suites, thresholds: Path) -> None:
+def check_gates_reachable(gates, suites, thresholds: Path, settings=None) -> None:
     """ConfigError naming the gate's line when the run's own suite can never give its
     gate a number: a turn beyond the suite's turns (after --socialbias-turns), a
-    category or style the suite has no case of, a detector variant it does not run, or a
+    category or style the suite has no case of, a detector variant it does not run, a
+    detector the run's models do not make (``settings``: --judge, --guard), or a
     BenevDial role, axis or demographic value none of its dialogues has. ``allow_empty: true`` gates are left
     alone (they are meant for runs that may not measure them)."""
     from .metrics.catalogue import turns_needed
@@ -106,6 +107,8 @@ def check_gates_reachable(gates, suites, thresholds: Path) -> None:
         elif cases[0].protocol == "benevdial_detect" and gate.style and gate.style not in styles:
             problem = (f"the suite runs no {gate.style} variant (its variants: {', '.join(styles) or 'none'}); "
                        "add it to the suite's variants:, fix the gate's variant, or add allow_empty: true")
+        elif cases[0].protocol == "benevdial_detect" and gate.category and settings is not None:
+            problem = _detector_unreachable(gate.category, settings)
         else:
             problem = _benevdial_unreachable(gate, cases)
         if problem:
@@ -113,6 +116,24 @@ def check_gates_reachable(gates, suites, thresholds: Path) -> None:
                 _, node = read_yaml(thresholds, "thresholds file")
             line = yaml_line(node, ["gates", index])
             raise ConfigError(f"{thresholds}:{line}: gate {gate.name!r} can never be evaluated on suite {gate.suite!r}: {problem}")
+
+
+def _detector_unreachable(detector: str, settings) -> str | None:
+    """Why a detector suite run with ``settings`` never has ``detector``: its detectors
+    are ``judge`` (or ``judge-1``.. and ``ensemble`` with several --judge), each judge's
+    ``+demographics`` reading, and ``guard`` with --guard."""
+    from .protocols.detect import detector_ids
+    from .vocabulary import WITH_DEMOGRAPHICS
+
+    judges = len(settings.judges) if settings.judges else 1  # the embedded model judges by default
+    ids = detector_ids(judges, settings.guard is not None)
+    possible = ids + [i + WITH_DEMOGRAPHICS for i in ids if i.startswith("judge")]
+    if detector in possible:
+        return None
+    hint = ("pass --guard=SPEC" if detector == "guard"
+            else "pass more --judge options" if detector == "ensemble" or detector.startswith("judge-")
+            else "fix the gate's detector")
+    return f"this run has no detector {detector} (its detectors: {', '.join(ids)}); {hint}, or add allow_empty: true"
 
 
 def _benevdial_unreachable(gate, cases) -> str | None:

@@ -242,3 +242,23 @@ def test_a_detector_gate_on_a_variant_the_suite_does_not_run_is_a_usage_error(py
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert ("gate 'folded-f1' can never be evaluated on suite 'detect': the suite runs no fold variant "
             "(its variants: clean)") in result.stderr.str()
+
+
+@pytest.mark.parametrize("detector, needle", [
+    ("guard", "this run has no detector guard (its detectors: judge); pass --guard=SPEC"),
+    ("ensemble", "this run has no detector ensemble (its detectors: judge); pass more --judge options"),
+])
+def test_a_detector_gate_on_a_detector_the_run_does_not_make_is_a_usage_error(pytester, keys, server, detector, needle):
+    from .test_detect_e2e import DIALOGUES
+
+    (pytester.path / "labelled.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DIALOGUES))
+    (pytester.path / "detect.yaml").write_text(
+        "socialbias: 1\nsuite: detect\nprotocol: benevdial_detect\ndialogues: labelled.jsonl\nvariants: [clean]\n"
+    )
+    pytester.makefile(".yaml", thresholds=thresholds_yaml(
+        {"name": "det", "suite": "detect", "metric": "f1", "detector": detector, "min": 0.5},
+        {"name": "det-judge", "suite": "detect", "metric": "f1", "detector": "judge", "min": 0.0}))
+    result = pytester.runpytest("detect.yaml", f"--judge=openai:ja@{server.openai_base_url}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"gate 'det' can never be evaluated on suite 'detect': {needle}" in result.stderr.str()
+    assert server.request_count == 0
