@@ -499,6 +499,69 @@ def stat_bootstrap(cells: list[int], seed: int, draws: int) -> dict:
 STAT_METHODS = {"dirichlet": stat_used, "bootstrap": stat_bootstrap}
 
 
+#: Three classes (N, OB, BB: the treatment judge and detectors): class shares, and a
+#: judge that keeps a class with probability ``accuracy`` and else picks one of the others.
+MULTICLASS = {"shares": ((1 / 3, 1 / 3, 1 / 3), (0.6, 0.2, 0.2), (0.8, 0.15, 0.05)), "accuracy": (0.6, 0.9, 1.0),
+              "n": (10, 30, 100)}
+
+
+def _multiclass_truths(table: list[list[float]]) -> dict:
+    """macro-F1, kappa and AC1 of a 3 x 3 table (rows: reference) of counts or probabilities,
+    as the report computes them (classes absent from both sides left out of macro-F1)."""
+    from pytest_socialbias.stats import _multiclass_kappa_ac1
+
+    kappa, ac1 = _multiclass_kappa_ac1(table)
+    scores = []
+    for k in range(3):
+        tp = table[k][k]
+        predicted, actual = sum(table[j][k] for j in range(3)), sum(table[k])
+        if 2 * tp + (predicted - tp) + (actual - tp) > 0:
+            scores.append(2 * tp / (tp + predicted + actual - tp))
+    return {"macro_f1": sum(scores) / len(scores) if scores else None, "kappa3": kappa, "ac1_3": ac1}
+
+
+def run_multiclass(grid: dict, reps: int, seed: int, draws: int = 2000) -> list[dict]:
+    """Coverage of the report's three-class intervals (stats.multiclass_agreement, and
+    detection.macro_f1_statistic) for judges of known accuracy."""
+    from pytest_socialbias.metrics.detection import macro_f1_statistic
+    from pytest_socialbias.stats import multiclass_agreement
+
+    classes = ("N", "OB", "BB")
+    rng = np.random.default_rng(seed)
+    rows = []
+    for shares in grid["shares"]:
+        for accuracy in grid["accuracy"]:
+            table = [[shares[i] * (accuracy if i == j else (1 - accuracy) / 2) for j in range(3)] for i in range(3)]
+            truths = _multiclass_truths(table)
+            flat = [x for row in table for x in row]
+            for n in grid["n"]:
+                tally = {name: [0, 0, 0, 0.0] for name in truths}
+                for rep in range(reps):
+                    counts = rng.multinomial(n, flat)
+                    pairs = [(classes[i // 3], classes[i % 3]) for i, c in enumerate(counts) for _ in range(int(c))]
+                    result = multiclass_agreement(pairs, classes, seed=rep, resamples=draws)
+                    value, interval, _ = macro_f1_statistic([(r, j, 1) for r, j in pairs], rep)
+                    ends = {"kappa3": (result["kappa_low"], result["kappa_high"]),
+                            "ac1_3": (result["ac1_low"], result["ac1_high"]), "macro_f1": interval or (None, None)}
+                    for name, (low, high) in ends.items():
+                        if low is None:
+                            continue
+                        t = tally[name]
+                        t[0] += 1
+                        t[1] += low - 1e-9 <= truths[name] <= high + 1e-9
+                        t[2] += high - low <= 1e-12
+                        t[3] += high - low
+                for name, (usable, covered, zero, width) in tally.items():
+                    if usable:
+                        rows.append({"method": f"{name} dirichlet", "truth": (tuple(round(x, 3) for x in shares), accuracy),
+                                     "value": round(truths[name], 4), "dialogues": n, "coverage": covered / usable,
+                                     "width": width / usable, "zero_width": zero, "reps": usable})
+    return rows
+
+
+
+
+
 def run_statistics(grid: dict, methods: list[str], reps: int, seed: int, draws: int = 2000) -> list[dict]:
     rng = np.random.default_rng(seed)
     rows = []
@@ -562,8 +625,8 @@ def main(argv: list[str] | None = None) -> int:
                              "unpaired (TR_OB - TR_BB), exact coverage; methods paired, unpaired (used), paired-cc, "
                              "unpaired-cc (continuity-corrected components)")
     parser.add_argument("--statistics", action="store_true",
-                        help="kappa, AC1 (judge check) and F1 (detectors) against reference labels: methods dirichlet "
-                             "(used), bootstrap (before)")
+                        help="kappa, AC1 (judge check) and F1 (detectors) against reference labels, and the three-class "
+                             "macro-F1, kappa and AC1: methods dirichlet (used), bootstrap (before, two classes)")
     parser.add_argument("--means", action="store_true",
                         help="means of 1-5 ratings (coherence) instead: methods bounded-wilson (used), bootstrap "
                              "(before), cluster-t")
@@ -609,6 +672,8 @@ def main(argv: list[str] | None = None) -> int:
         names = ["dirichlet"] if args.methods == "used" else list(STAT_METHODS) if args.methods == "all" else args.methods.split(",")
         started = time.perf_counter()
         rows = run_statistics(STATISTICS_SMALL if args.small else STATISTICS, names, args.reps, args.seed)
+        if not args.small:
+            rows += run_multiclass(MULTICLASS, args.reps, args.seed)
         if args.cells:
             print("statistic, method     truth (prevalence, se, sp)  value   items  coverage  width  zero-width")
             for r in rows:

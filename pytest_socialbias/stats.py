@@ -31,7 +31,7 @@ Methods and references:
 - :func:`paired_bootstrap`: case-resampling percentile bootstrap (Efron & Tibshirani 1993)
   with Davison & Hinkley's (1997) ``(1 + count) / (B + 1)`` p-values.
 - :func:`agreement`: Cohen's (1960) kappa and Gwet's (2008, Br J Math Stat Psychol
-  61:29-48) AC1 with intervals from the Jeffreys (Dirichlet) posterior of the agreement
+  61:29-48) AC1 with intervals from the Dirichlet posterior of the agreement
   table; sensitivity and specificity with Wilson intervals.
 - :func:`rogan_gladen`, :func:`rogan_gladen_interval`: prevalence corrected for an
   imperfect judge (Rogan & Gladen 1978, Am J Epidemiol 107:71-76), with the hull of a
@@ -672,7 +672,7 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
     positive shares, defined as 1.0 when pe == 1 (both raters constant and equal, so
     po == 1 too); ``ac1``: Gwet's (po - pe) / (1 - pe) with pe = 2 pi (1 - pi), pi = (pr +
     pj) / 2 (never degenerate: pe <= 1/2); ``kappa_low``/``kappa_high`` and
-    ``ac1_low``/``ac1_high``: 95% intervals from the Jeffreys posterior of the 2x2 table
+    ``ac1_low``/``ac1_high``: 95% intervals from the Dirichlet posterior of the 2x2 table
     (``rates.dirichlet_interval``, ``resamples`` seeded draws); ``sensitivity``: judge 1 among reference 1
     (None without reference positives) and ``specificity``: judge 0 among reference 0 (None
     without reference negatives), each with 95% Wilson ends ``*_low``/``*_high``;
@@ -742,7 +742,7 @@ def multiclass_agreement(pairs: list[tuple[str, str]], classes: tuple, seed: int
     (po - pe) / (1 - pe), pe = sum_k pr_k pj_k (1.0 when pe == 1, as for two classes);
     ``ac1``: Gwet's multi-category (po - pe) / (1 - pe), pe = sum_k pi_k (1 - pi_k) / (K -
     1), pi_k = (pr_k + pj_k) / 2 (never degenerate: pe <= 1/K); both with 95% ends from
-    the Jeffreys posterior of the K x K table (``rates.dirichlet_interval``, seeded); ``recall``: per reference class, the share the
+    the Dirichlet posterior of the K x K table (``rates.dirichlet_interval``, seeded); ``recall``: per reference class, the share the
     judge labels the same, with Wilson ends (None for a class absent from the reference).
     With no pairs, n is 0 and every value None.
     """

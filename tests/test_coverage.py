@@ -69,7 +69,7 @@ def test_the_corrected_rate_holds_a_true_zero_where_the_credible_interval_alone_
 def test_kappa_ac1_and_f1_intervals_cover_where_the_bootstrap_over_items_did_not():
     """A judge of sensitivity 0.9 and specificity 1 on 10 and 30 items, and a perfect one:
     the percentile bootstrap over items gave most perfect tables a zero-width interval and
-    covered the near-perfect judge's kappa about a quarter of the time; the Jeffreys
+    covered the near-perfect judge's kappa about a quarter of the time; the Dirichlet
     posterior of the table (read at 98.5%) covers at least 93% and is never of zero width."""
     coverage = load()
     rows = coverage.run_statistics(coverage.STATISTICS_SMALL, ["dirichlet", "bootstrap"], reps=100, seed=20261201, draws=500)

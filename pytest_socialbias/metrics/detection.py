@@ -139,15 +139,17 @@ def gap_statistic(items: list[tuple], seed: int):
 
 
 def macro_f1_statistic(items: list[tuple], seed: int):
-    """Three-way macro-F1 with the Dirichlet posterior interval of the confusion table of
-    the classes present (in the labels or the predictions, as ``macro_f1`` counts them)."""
+    """Three-way macro-F1 with the Dirichlet posterior interval of the 3 x 3 confusion
+    table. The posterior gives every class some probability, so the interval is of the
+    macro-F1 over all three classes (what the population has), also where the sample
+    lacks one (its estimate leaves that class out, as ``macro_f1`` does); a sample of
+    one class only no longer gets a zero-width interval."""
     classed = [(t, c) for t, c, f in items if f is not None and c is not None]
     value = macro_f1(classed)
     if value is None:
         return None, None, len(classed)
-    present = [k for k in CLASSES if any(k in pair for pair in classed)]
-    size = len(present)
-    cells = [sum(1 for t, c in classed if t == a and c == b) for a in present for b in present]
+    size = len(CLASSES)
+    cells = [sum(1 for t, c in classed if t == a and c == b) for a in CLASSES for b in CLASSES]
 
     def statistic(probabilities: list[float]) -> float | None:
         scores = []
