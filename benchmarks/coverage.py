@@ -7,6 +7,7 @@
     python benchmarks/coverage.py --corrected      # judge-corrected (Rogan-Gladen) rates
     python benchmarks/coverage.py --differences    # Newcombe's difference intervals (exact)
     python benchmarks/coverage.py --statistics     # kappa, AC1, F1 (judge check, detectors)
+    python benchmarks/coverage.py --paired         # the paired bootstrap against a baseline
 
 Shares of replies (refusal_rate, bias_rate_passed, guard rates): replies are grouped in
 dialogues and correlated within them. Each cell of the grid draws ``--reps`` data sets:
@@ -591,6 +592,57 @@ def run_statistics(grid: dict, methods: list[str], reps: int, seed: int, draws: 
     return rows
 
 
+# --------------------------------------------------------------------------- paired bootstrap
+
+#: Rates over replies compared with a baseline, case by case (compare.py's paired
+#: bootstrap): baseline rate, the change, cases, replies per dialogue; each case's two
+#: dialogues share a case effect (the same seed), their replies a dialogue effect.
+PAIRED = {"baseline": (0.0, 0.05, 0.3), "change": (0.0, 0.1), "cases": (10, 30, 100), "replies": (2, 5)}
+
+
+def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000) -> list[dict]:
+    from pytest_socialbias.stats import paired_bootstrap
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for base in grid["baseline"]:
+        for change in grid["change"]:
+            current = base + change
+            # The population difference of mean rates, the case effect integrated out.
+            many = rng.normal(0, 0.8, 400_000)
+
+            def population(p):  # as rates() below: no case effect when the baseline is 0 or 1
+                if p in (0.0, 1.0) or base in (0.0, 1.0):
+                    return p
+                return float(np.mean(1 / (1 + np.exp(-(np.log(p / (1 - p)) + many)))))
+
+            truth = population(current) - population(base)
+            for cases in grid["cases"]:
+                for replies in grid["replies"]:
+                    covered = zero = 0
+                    width = 0.0
+                    for rep in range(reps):
+                        # A case effect on the logit scale moves both dialogues of a case.
+                        effect = rng.normal(0, 0.8, cases) if 0 < base < 1 else np.zeros(cases)
+                        def rates(p):
+                            if p in (0.0, 1.0):
+                                return np.full(cases, p)
+                            logit = np.log(p / (1 - p)) + effect
+                            return 1 / (1 + np.exp(-logit))
+                        b = rng.binomial(replies, rates(base))
+                        c = rng.binomial(replies, rates(current))
+                        pairs = [([1.0] * int(x) + [0.0] * (replies - int(x)), [1.0] * int(y) + [0.0] * (replies - int(y)))
+                                 for x, y in zip(b, c)]
+                        result = paired_bootstrap(pairs, seed=rep, resamples=resamples)
+                        covered += result["ci_low"] - 1e-9 <= truth <= result["ci_high"] + 1e-9
+                        zero += result["ci_high"] - result["ci_low"] <= 1e-12
+                        width += result["ci_high"] - result["ci_low"]
+                    rows.append({"method": "paired bootstrap", "truth": (base, change, round(truth, 4)), "dialogues": cases,
+                                 "replies": replies, "coverage": covered / reps, "width": width / reps,
+                                 "zero_width": zero, "reps": reps})
+    return rows
+
+
 def summary(rows: list[dict]) -> list[dict]:
     """Per method: its worst cell with at least MIN_UNITS dialogues, and zero widths."""
     out = []
@@ -627,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--statistics", action="store_true",
                         help="kappa, AC1 (judge check) and F1 (detectors) against reference labels, and the three-class "
                              "macro-F1, kappa and AC1: methods dirichlet (used), bootstrap (before, two classes)")
+    parser.add_argument("--paired", action="store_true",
+                        help="the paired bootstrap of a rate over replies against a baseline (compare.py)")
     parser.add_argument("--means", action="store_true",
                         help="means of 1-5 ratings (coherence) instead: methods bounded-wilson (used), bootstrap "
                              "(before), cluster-t")
@@ -685,6 +739,20 @@ def main(argv: list[str] | None = None) -> int:
             w = s["worst"]
             print(f"{s['method']:<21} worst cell (>= 10 items) {100 * w['coverage']:.1f}% (width {w['width']:.3f}) at "
                   f"{w['truth']}, {w['dialogues']} items; cells < 93%: {s['cells_below_target']}/{s['cells']}; "
+                  f"zero-width intervals: {s['zero_width']} in {s['zero_width_cells']} cells")
+        return 0
+    if args.paired:
+        started = time.perf_counter()
+        rows = run_paired(PAIRED, args.reps, args.seed)
+        if args.cells:
+            for r in rows:
+                print(f"{r['method']:<17} {str(r['truth']):<12} {r['dialogues']:<5} {r['replies']:<3} "
+                      f"{100 * r['coverage']:6.1f}%  {r['width']:.3f}  {r['zero_width']}")
+        print(f"paired differences of rates over replies, {args.reps} data sets per cell, {time.perf_counter() - started:.0f} s")
+        for s in summary(rows):
+            w = s["worst"]
+            print(f"{s['method']:<17} worst cell (>= 10 cases) {100 * w['coverage']:.1f}% (width {w['width']:.3f}) at "
+                  f"{w['truth']}, {w['dialogues']} x {w['replies']}; cells < 93%: {s['cells_below_target']}/{s['cells']}; "
                   f"zero-width intervals: {s['zero_width']} in {s['zero_width_cells']} cells")
         return 0
     if args.means:
