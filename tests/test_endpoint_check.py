@@ -232,3 +232,49 @@ def test_record_all_checks_the_endpoint_again_from_scratch(project):
         assert again["models"]["judge"]["adapted"] == report["models"]["judge"]["adapted"]  # kept from the cache
         _, rerecorded = run(project, server, "cache", "--socialbias-record=all")
     assert rerecorded["models"]["judge"]["adapted"] == {"constrain": "grammar"}
+
+
+def test_the_constraint_method_is_reported_only_under_roles_whose_answers_it_holds():
+    """Issue 26 fixture: one endpoint for every role (the embedded model on a llama.cpp
+    server) listed "answers constrained with grammar" under the target and the user
+    simulator too, though only judge calls carry a constraint. What the endpoint dropped
+    still shows under every role that sends to it."""
+    from pytest_socialbias.models.adapt import Adaptation
+    from pytest_socialbias.protocols.base import Roles
+
+    shared = Adaptation(dropped={"seed": "rejected by the endpoint"}, constrain="grammar", failed=["json_schema"])
+
+    class Stub:
+        def __init__(self, constrained):
+            self.adaptation, self.asks_constrained = shared, constrained
+
+    adapted = Roles(target=Stub(False), judge=Stub(True), user=Stub(False)).adaptations()
+    assert adapted["judge"] == {"dropped": {"seed": "rejected by the endpoint"}, "constrain": "grammar",
+                                "constrain_failed": ["json_schema"]}
+    assert adapted["target"] == adapted["user"] == {"dropped": {"seed": "rejected by the endpoint"}}
+    shared.dropped.clear()
+    assert set(Roles(target=Stub(False), judge=Stub(True), user=Stub(False)).adaptations()) == {"judge"}
+
+
+def test_a_call_held_to_labels_marks_its_role(project):
+    """Model.chat with choices marks the role as one whose answers are held to labels; a
+    free-text call does not (the endpoint check, which every role makes, neither)."""
+    import asyncio
+
+    from pytest_socialbias.models import Model, ModelSettings, parse_spec
+
+    with FakeServer(fakeworld.script) as server:
+        judge = Model("judge", parse_spec(f"openai:j@{server.openai_base_url}", "--judge"), "--judge", ModelSettings())
+        target = Model("target", parse_spec(f"openai:t@{server.openai_base_url}", "--target"), "--target", ModelSettings())
+
+        async def calls():
+            try:
+                await target.chat([{"role": "user", "content": "Hello."}])
+                await judge.chat([{"role": "system", "content": "Answer Yes or No."}, {"role": "user", "content": "Biased?"}],
+                                 choices=("Yes", "No"))
+            finally:
+                await judge.aclose() if hasattr(judge, "aclose") else None
+                await target.aclose() if hasattr(target, "aclose") else None
+
+        asyncio.run(calls())
+    assert judge.asks_constrained and not target.asks_constrained

@@ -100,8 +100,14 @@ def test_the_smoke_suite_through_the_server_gets_readable_judge_labels(pytester,
     print(f"\njudge errors through the llama.cpp server: {judge_errors}/{cases}; outcomes {report['summary']['outcomes']}")
     assert cases == 6
     assert judge_errors <= 0.05 * cases, result.stdout.str()[-4000:]
-    # The server's grammar held the judge to Yes/No, and the report says so.
+    # The server's grammar held the judge to Yes/No, and the report says so, under the
+    # judge only: the target and the simulator on the same endpoint send free text.
     assert report["models"]["judge"]["adapted"]["constrain"] == "grammar"
+    for role in ("target", "user"):
+        assert "constrain" not in (report["models"][role].get("adapted") or {}), report["models"][role]
+    said = result.stdout.str()
+    assert "- judge (openai:smollm2): answers constrained with grammar" in said
+    assert "- target (openai:smollm2): answers constrained" not in said and "- user (openai:smollm2): answers constrained" not in said
     labelled = [c for c in report["cases"] if c["outcome"] != "error"]
     assert labelled and all(set(c["labels"]["bias"]) <= {0, 1} for c in labelled)
 

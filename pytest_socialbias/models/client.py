@@ -275,6 +275,9 @@ class Model:
         self._backend = None
         # What the run learns about the endpoint is filed under this (read on every call).
         self.endpoint_key = canonical_json(self.endpoint)
+        #: Whether a call of this role asked for answers held to labels (judges, guards):
+        #: the endpoint's constraint method is reported only under such roles.
+        self.asks_constrained = False
         check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
         # The endpoint check (module docstring): HTTP endpoints only; an in-process runtime
         # rejects nothing and holds answers to labels itself.
@@ -440,6 +443,8 @@ class Model:
         parameter is asked again without it, remembered (adapt.py). Raises
         ModelCallError when the call fails for good.
         """
+        if choices:
+            self.asks_constrained = True  # this role's answers are held to labels: its summary says how
         return await self._chat(
             messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices, usage=usage,
             adaptive_budget=adaptive_budget, **call_params,

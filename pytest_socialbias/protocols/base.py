@@ -74,12 +74,19 @@ class Roles:
         )
 
     def adaptations(self) -> dict:
-        """Role -> what its endpoint was adapted to so far (models/adapt.py), where anything was."""
+        """Role -> what its endpoint was adapted to so far (models/adapt.py), where anything
+        was. The endpoint's constraint method is kept per endpoint, but only a role whose
+        calls are held to labels (judges, guards) carries it: a target or a user simulator
+        on the same endpoint sends free text."""
         out = {}
         for role, model in self.by_role().items():
             adaptation = getattr(model, "adaptation", None)
-            if adaptation is not None and adaptation.to_dict():
-                out[role] = adaptation.to_dict()
+            data = adaptation.to_dict() if adaptation is not None else {}
+            if not getattr(model, "asks_constrained", False):
+                data.pop("constrain", None)
+                data.pop("constrain_failed", None)
+            if data:
+                out[role] = data
         return out
 
 
