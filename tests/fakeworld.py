@@ -8,7 +8,9 @@ so tests know by construction which cases are biased.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import threading
 
 from pytest_socialbias.testing import FakeRequest, Reply, honoured
 
@@ -53,3 +55,25 @@ def script(req: FakeRequest):
         if "refused" in prompt:
             return '{"refusal": true}' if REFUSAL_REPLY in question else '{"refusal": false}'
     return Reply(f"unexpected request for model {req.model!r}", finish_reason="stop")
+
+
+class HeldAfter:
+    """The fake world; from ``hold_after`` requests on, each waits (before answering) for
+    ``released``, so that a run cannot finish before the test has killed or signalled it,
+    however slowly the test itself is scheduled on a loaded machine. Subclasses answer
+    with another world by overriding ``answer``."""
+
+    def __init__(self):
+        self.received = 0
+        self.hold_after: int | None = None
+        self.released = threading.Event()
+
+    async def hold(self) -> None:
+        self.received += 1
+        if self.hold_after is not None and self.received > self.hold_after:
+            while not self.released.is_set():
+                await asyncio.sleep(0.005)
+
+    async def __call__(self, req):
+        await self.hold()
+        return script(req)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -40,23 +39,6 @@ def request_key(request) -> str:
     return json.dumps([request.model, request.messages, request.params], sort_keys=True)
 
 
-class HeldAfter:
-    """The fake world; from ``hold_after`` requests on, each waits for ``released`` (so a
-    run cannot finish before the test kills it, however slowly the test is scheduled)."""
-
-    def __init__(self):
-        self.received = 0
-        self.hold_after: int | None = None
-        self.released = threading.Event()
-
-    async def __call__(self, req):
-        self.received += 1
-        if self.hold_after is not None and self.received > self.hold_after:
-            while not self.released.is_set():
-                await asyncio.sleep(0.005)
-        return fakeworld.script(req)
-
-
 def test_sigkill_then_rerun_repeats_no_completed_call(tmp_path):
     cases = [(f"age-{i:03d}", "age", ("BIASME " if i % 3 == 0 else "") + f"statement {i}.") for i in range(6)]
     (tmp_path / "demo.yaml").write_text(suite_yaml(cases, turns=2))
@@ -66,7 +48,7 @@ def test_sigkill_then_rerun_repeats_no_completed_call(tmp_path):
     clean = tmp_path / "clean"
     clean.mkdir()
     (clean / "demo.yaml").write_text(suite_yaml(cases, turns=2))
-    world = HeldAfter()
+    world = fakeworld.HeldAfter()
     with FakeServer(world, latency=0.05) as server:
         done = subprocess.run(pytest_command(server, "r.json"), cwd=clean, env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stdout

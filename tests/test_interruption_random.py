@@ -19,7 +19,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -28,6 +27,7 @@ from pytest_socialbias.cache import CACHE_FILE, verify_cache
 from pytest_socialbias.testing import FakeServer
 
 from .dymtworld import DymtWorld
+from .fakeworld import HeldAfter
 from .test_dymt_e2e import dymt_yaml, plan_statement
 
 LATENCY = 0.05
@@ -39,25 +39,17 @@ PLANS = ["000", "100", "010", "011", "111", "0R0"]
 CASES = [(f"c-{i:02d}", ("age", "gender", "race")[i % 3], plan) for i, plan in enumerate(PLANS)]
 
 
-class TimedWorld:
-    """DymtWorld answering after LATENCY, logging (request key, time the answer left).
-
-    ``hold_after``: from that many requests on, each waits (before answering) until
-    ``released`` is set, so that a run cannot finish before the test has sent its signal,
-    however slowly the test itself gets scheduled on a loaded machine."""
+class TimedWorld(HeldAfter):
+    """DymtWorld answering after LATENCY, logging (request key, time the answer left);
+    held from ``hold_after`` requests on until ``released`` (fakeworld.HeldAfter)."""
 
     def __init__(self):
+        super().__init__()
         self.world = DymtWorld()
         self.answered: list[tuple[str, float]] = []
-        self.received = 0
-        self.hold_after: int | None = None
-        self.released = threading.Event()
 
     async def __call__(self, req):
-        self.received += 1
-        if self.hold_after is not None and self.received > self.hold_after:
-            while not self.released.is_set():
-                await asyncio.sleep(0.005)
+        await self.hold()
         await asyncio.sleep(LATENCY)
         answer = self.world(req)
         self.answered.append((request_key(req), time.monotonic()))

@@ -13,6 +13,7 @@ from statistics import NormalDist
 import pytest
 
 from pytest_socialbias.stats import (
+    _margin_critical,
     agreement,
     exact_margin_tail,
     holm,
@@ -165,19 +166,6 @@ def _size(n: int, margin: float, p10: float, threshold: float) -> float:
     return total
 
 
-def _critical_z(n: int, margin: float, alpha: float = 0.05) -> float:
-    """The smallest observable Z whose exact unconditional p-value is at most alpha."""
-    values = sorted({tango_z(a, b, n, margin) for a in range(n + 1) for b in range(n - a + 1)})
-    low, high = 0, len(values) - 1
-    while low < high:
-        mid = (low + high) // 2
-        if exact_margin_tail(n, margin, values[mid]) <= alpha:
-            high = mid
-        else:
-            low = mid + 1
-    return values[low]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("n, p10", [(80, 0.04), (240, 0.01)])  # 10% and 4% discordance, margin 0.02
 def test_the_margin_test_keeps_its_size_where_tango_did_not(n, p10):
@@ -188,7 +176,7 @@ def test_the_margin_test_keeps_its_size_where_tango_did_not(n, p10):
     assert tango_size == pytest.approx({80: 0.063, 240: 0.062}[n], abs=0.0015)
     # Now: the exact unconditional test rejects at Z >= its critical value, and its size
     # there, and over the whole null boundary, is at most alpha.
-    critical = _critical_z(n, margin, alpha)
+    critical = _margin_critical(n, margin, alpha)
     assert _size(n, margin, p10, critical) <= alpha
     top = (1 - margin) / 2
     boundary = [top * (i / 60) ** 2 for i in range(1, 61)]
