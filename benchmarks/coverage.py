@@ -58,6 +58,26 @@ TARGET_COVERAGE = 0.93
 MIN_UNITS = 10
 
 
+class Tally:
+    """One method's intervals in one cell of a grid: how many were given, held the truth,
+    had zero width, and their summed width; ``fields()`` gives them as a row's figures."""
+
+    def __init__(self):
+        self.usable = self.covered = self.zero = 0
+        self.width = 0.0
+
+    def add(self, low: float, high: float, truth: float) -> None:
+        self.usable += 1
+        self.covered += low - 1e-9 <= truth <= high + 1e-9
+        self.zero += high - low <= 1e-12
+        self.width += high - low
+
+    def fields(self) -> dict:
+        return {"coverage": self.covered / max(self.usable, 1),
+                "width": self.width / self.usable if self.usable else float("nan"),
+                "zero_width": self.zero, "reps": self.usable}
+
+
 def draw(rng: np.random.Generator, truth: float, dialogues: int, replies: int, icc: float, reps: int) -> np.ndarray:
     """Events per dialogue, shape (reps, dialogues): beta-binomial with mean ``truth``."""
     if truth in (0.0, 1.0) or icc == 0:
@@ -226,20 +246,13 @@ def run_corrected(reps: int, seed: int, methods: list[str], grid: dict | None = 
                         theta = truth * accuracy + (1 - truth) * (1 - accuracy)
                         data.append((int(rng.binomial(n, theta)), pairs))
                     for name in methods:
-                        covered = zero = usable = 0
-                        widths = []
+                        tally = Tally()
                         for rep, (x, pairs) in enumerate(data):
                             low, high = CORRECTED_METHODS[name](x, n, pairs, rep)
-                            if low is None:
-                                continue
-                            usable += 1
-                            covered += low - 1e-9 <= truth <= high + 1e-9
-                            zero += high - low <= 1e-12
-                            widths.append(high - low)
+                            if low is not None:
+                                tally.add(low, high, truth)
                         rows.append({"method": name, "truth": truth, "reference": reference, "accuracy": accuracy,
-                                     "run": n, "coverage": covered / max(usable, 1),
-                                     "width": float(np.mean(widths)) if widths else float("nan"),
-                                     "zero_width": zero, "reps": usable})
+                                     "run": n, **tally.fields()})
     return rows
 
 
@@ -536,7 +549,7 @@ def run_multiclass(grid: dict, reps: int, seed: int, draws: int = 2000) -> list[
             truths = _multiclass_truths(table)
             flat = [x for row in table for x in row]
             for n in grid["n"]:
-                tally = {name: [0, 0, 0, 0.0] for name in truths}
+                tally = {name: Tally() for name in truths}
                 for rep in range(reps):
                     counts = rng.multinomial(n, flat)
                     pairs = [(classes[i // 3], classes[i % 3]) for i, c in enumerate(counts) for _ in range(int(c))]
@@ -545,22 +558,13 @@ def run_multiclass(grid: dict, reps: int, seed: int, draws: int = 2000) -> list[
                     ends = {"kappa3": (result["kappa_low"], result["kappa_high"]),
                             "ac1_3": (result["ac1_low"], result["ac1_high"]), "macro_f1": interval or (None, None)}
                     for name, (low, high) in ends.items():
-                        if low is None:
-                            continue
-                        t = tally[name]
-                        t[0] += 1
-                        t[1] += low - 1e-9 <= truths[name] <= high + 1e-9
-                        t[2] += high - low <= 1e-12
-                        t[3] += high - low
-                for name, (usable, covered, zero, width) in tally.items():
-                    if usable:
+                        if low is not None:
+                            tally[name].add(low, high, truths[name])
+                for name, counted in tally.items():
+                    if counted.usable:
                         rows.append({"method": f"{name} dirichlet", "truth": (tuple(round(x, 3) for x in shares), accuracy),
-                                     "value": round(truths[name], 4), "dialogues": n, "coverage": covered / usable,
-                                     "width": width / usable, "zero_width": zero, "reps": usable})
+                                     "value": round(truths[name], 4), "dialogues": n, **counted.fields()})
     return rows
-
-
-
 
 
 def run_statistics(grid: dict, methods: list[str], reps: int, seed: int, draws: int = 2000) -> list[dict]:
@@ -573,22 +577,16 @@ def run_statistics(grid: dict, methods: list[str], reps: int, seed: int, draws: 
         for n in grid["n"]:
             tables = [[int(x) for x in rng.multinomial(n, probabilities)] for _ in range(reps)]
             for name in methods:
-                tally = {stat: [0, 0, 0, 0.0] for stat in truths}  # usable, covered, zero width, width
+                tally = {stat: Tally() for stat in truths}
                 for rep, cells in enumerate(tables):
                     estimates = _table_statistics(cells)
                     for stat, (low, high) in STAT_METHODS[name](cells, rep, draws).items():
-                        if low is None or estimates[stat] is None:
-                            continue
-                        t = tally[stat]
-                        t[0] += 1
-                        t[1] += low - 1e-9 <= truths[stat] <= high + 1e-9
-                        t[2] += high - low <= 1e-12
-                        t[3] += high - low
-                for stat, (usable, covered, zero, width) in tally.items():
-                    if usable:
+                        if low is not None and estimates[stat] is not None:
+                            tally[stat].add(low, high, truths[stat])
+                for stat, counted in tally.items():
+                    if counted.usable:
                         rows.append({"method": f"{stat} {name}", "truth": (prevalence, sensitivity, specificity),
-                                     "value": round(truths[stat], 4), "dialogues": n, "coverage": covered / usable,
-                                     "width": width / usable, "zero_width": zero, "reps": usable})
+                                     "value": round(truths[stat], 4), "dialogues": n, **counted.fields()})
     return rows
 
 
@@ -671,7 +669,7 @@ def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=
             truth = population(current) - population(base)
             for cases in grid["cases"]:
                 for replies in grid["replies"]:
-                    tally = {m: [0, 0, 0.0] for m in methods}  # covered, zero width, width
+                    tally = {m: Tally() for m in methods}
                     for rep in range(reps):
                         # A case effect on the logit scale moves both dialogues of a case.
                         effect = rng.normal(0, 0.8, cases) if 0 < base < 1 else np.zeros(cases)
@@ -685,15 +683,10 @@ def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=
                         pairs = [([1.0] * int(x) + [0.0] * (replies - int(x)), [1.0] * int(y) + [0.0] * (replies - int(y)))
                                  for x, y in zip(b, c)]
                         for method in methods:
-                            low, high = _paired_ends(method, pairs, rep, resamples)
-                            t = tally[method]
-                            t[0] += low - 1e-9 <= truth <= high + 1e-9
-                            t[1] += high - low <= 1e-12
-                            t[2] += high - low
-                    for method, (covered, zero, width) in tally.items():
+                            tally[method].add(*_paired_ends(method, pairs, rep, resamples), truth)
+                    for method, counted in tally.items():
                         rows.append({"method": method, "truth": (base, change, round(truth, 4)), "dialogues": cases,
-                                     "replies": replies, "coverage": covered / reps, "width": width / reps,
-                                     "zero_width": zero, "reps": reps})
+                                     "replies": replies, **counted.fields()})
     return rows
 
 
