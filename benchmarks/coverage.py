@@ -476,11 +476,11 @@ STATISTICS_SMALL = {"truth": ((0.2, 0.9, 1.0), (0.5, 1.0, 1.0)), "n": (10, 30)}
 
 def _table_statistics(cells) -> dict:
     """kappa, AC1 and F1 of a 2x2 table (tp, fn, fp, tn) of counts or probabilities."""
+    from pytest_socialbias.metrics.detection import _f1_of_cells
     from pytest_socialbias.stats import _kappa_ac1
 
     kappa, ac1 = _kappa_ac1(*cells)
-    tp, fn, fp, _ = cells
-    return {"kappa": kappa, "ac1": ac1, "f1": 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else None}
+    return {"kappa": kappa, "ac1": ac1, "f1": _f1_of_cells(cells)}
 
 
 def stat_used(cells: list[int], seed: int, draws: int) -> dict:
@@ -522,16 +522,11 @@ MULTICLASS = {"shares": ((1 / 3, 1 / 3, 1 / 3), (0.6, 0.2, 0.2), (0.8, 0.15, 0.0
 def _multiclass_truths(table: list[list[float]]) -> dict:
     """macro-F1, kappa and AC1 of a 3 x 3 table (rows: reference) of counts or probabilities,
     as the report computes them (classes absent from both sides left out of macro-F1)."""
+    from pytest_socialbias.metrics.detection import _macro_f1_of_cells
     from pytest_socialbias.stats import _multiclass_kappa_ac1
 
     kappa, ac1 = _multiclass_kappa_ac1(table)
-    scores = []
-    for k in range(3):
-        tp = table[k][k]
-        predicted, actual = sum(table[j][k] for j in range(3)), sum(table[k])
-        if 2 * tp + (predicted - tp) + (actual - tp) > 0:
-            scores.append(2 * tp / (tp + predicted + actual - tp))
-    return {"macro_f1": sum(scores) / len(scores) if scores else None, "kappa3": kappa, "ac1_3": ac1}
+    return {"macro_f1": _macro_f1_of_cells([x for row in table for x in row]), "kappa3": kappa, "ac1_3": ac1}
 
 
 def run_multiclass(grid: dict, reps: int, seed: int, draws: int = 2000) -> list[dict]:

@@ -140,6 +140,8 @@ def _benevdial_unreachable(gate, cases) -> str | None:
     """Why a BenevDial dialogue suite's cases can never fill a gate's ``axis``/``value``
     (its category: ``gender`` or ``gender=female``) or ``role`` (its style); None when
     they can, or when a case does not say (hand-written pairs)."""
+    from .vocabulary import AXES
+
     if cases[0].protocol not in ("benevdial_agent", "benevdial_pairs"):
         return None
     roles, values, axes = set(), set(), set()
@@ -155,7 +157,7 @@ def _benevdial_unreachable(gate, cases) -> str | None:
         else:
             return None
         for profile in profiles:
-            values.update(f"{axis}={profile.value(axis)}" for axis in ("age", "gender", "race", "ability"))
+            values.update(f"{axis}={profile.value(axis)}" for axis in AXES)
     if gate.style and gate.style not in roles:
         return (f"the suite has no {gate.style} role (its roles: {', '.join(sorted(roles))}); "
                 "sample more, fix the gate's role or add allow_empty: true")
@@ -163,7 +165,7 @@ def _benevdial_unreachable(gate, cases) -> str | None:
     if not category:
         return None
     axis, _, value = category.partition("=")
-    if axis not in ("age", "gender", "race", "ability"):
+    if axis not in AXES:
         return None
     if value and category not in values:
         present = sorted(v.partition("=")[2] for v in values if v.startswith(axis + "="))

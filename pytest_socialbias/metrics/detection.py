@@ -82,44 +82,58 @@ def f1_score(tp: int, fp: int, fn: int) -> float | None:
     return None if 2 * tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
 
 
-def binary_f1(items: list[tuple]) -> float | None:
+def _binary_cells(items: list[tuple]) -> list[int]:
+    """(tp, fn, fp, tn) of readable items, B = OB u BB positive."""
     tp = sum(1 for t, _, f in items if t != "N" and f)
-    fp = sum(1 for t, _, f in items if t == "N" and f)
     fn = sum(1 for t, _, f in items if t != "N" and not f)
+    fp = sum(1 for t, _, f in items if t == "N" and f)
+    return [tp, fn, fp, len(items) - tp - fn - fp]
+
+
+def _f1_of_cells(cells: list[float]) -> float | None:
+    """Binary F1 of a (tp, fn, fp, tn) table of counts or probabilities."""
+    tp, fn, fp, _ = cells
     return f1_score(tp, fp, fn)
 
 
-def macro_f1(pairs: list[tuple[str, str]]) -> float | None:
-    """Three-way macro-F1 over (truth, predicted class) pairs: the mean of each class's
-    one-vs-rest F1; a class absent from both the labels and the predictions is left out
-    of the mean (it has no F1)."""
+def binary_f1(items: list[tuple]) -> float | None:
+    return _f1_of_cells(_binary_cells(items))
+
+
+def _class_cells(pairs: list[tuple[str, str]]) -> list[int]:
+    """The 3 x 3 confusion table of (truth, predicted class) pairs, rows flattened."""
+    return [sum(1 for t, c in pairs if t == a and c == b) for a in CLASSES for b in CLASSES]
+
+
+def _macro_f1_of_cells(cells: list[float]) -> float | None:
+    """Macro-F1 of a flattened 3 x 3 table (rows: truth) of counts or probabilities: the
+    mean of each class's one-vs-rest F1; a class absent from both the labels and the
+    predictions is left out of the mean (it has no F1)."""
+    size = len(CLASSES)
     scores = []
-    for k in CLASSES:
-        tp = sum(1 for t, p in pairs if t == k and p == k)
-        fp = sum(1 for t, p in pairs if t != k and p == k)
-        fn = sum(1 for t, p in pairs if t == k and p != k)
-        score = f1_score(tp, fp, fn)
+    for k in range(size):
+        tp = cells[k * size + k]
+        predicted = sum(cells[j * size + k] for j in range(size))
+        actual = sum(cells[k * size:(k + 1) * size])
+        score = f1_score(tp, predicted - tp, actual - tp)
         if score is not None:
             scores.append(score)
     return sum(scores) / len(scores) if scores else None
 
 
-def _f1_of_cells(cells: list[float]) -> float | None:
-    tp, fn, fp, _ = cells
-    return f1_score(tp, fp, fn)
+def macro_f1(pairs: list[tuple[str, str]]) -> float | None:
+    """Three-way macro-F1 over (truth, predicted class) pairs (``_macro_f1_of_cells``)."""
+    return _macro_f1_of_cells(_class_cells(pairs))
 
 
 def f1_statistic(items: list[tuple], seed: int):
     """Binary F1 over readable items, with the Dirichlet posterior interval of its
     (tp, fn, fp, tn) table (rates.dirichlet_interval)."""
     readable = [i for i in items if i[2] is not None]
-    value = binary_f1(readable)
+    cells = _binary_cells(readable)
+    value = _f1_of_cells(cells)
     if value is None:
         return None, None, len(readable)
-    tp = sum(1 for t, _, f in readable if t != "N" and f)
-    fn = sum(1 for t, _, f in readable if t != "N" and not f)
-    fp = sum(1 for t, _, f in readable if t == "N" and f)
-    cells = [tp, fn, fp, len(readable) - tp - fn - fp]
     return value, dirichlet_interval(cells, _f1_of_cells, seed, estimate=value), len(readable)
 
 
@@ -145,24 +159,11 @@ def macro_f1_statistic(items: list[tuple], seed: int):
     lacks one (its estimate leaves that class out, as ``macro_f1`` does); a sample of
     one class only no longer gets a zero-width interval."""
     classed = [(t, c) for t, c, f in items if f is not None and c is not None]
-    value = macro_f1(classed)
+    cells = _class_cells(classed)
+    value = _macro_f1_of_cells(cells)
     if value is None:
         return None, None, len(classed)
-    size = len(CLASSES)
-    cells = [sum(1 for t, c in classed if t == a and c == b) for a in CLASSES for b in CLASSES]
-
-    def statistic(probabilities: list[float]) -> float | None:
-        scores = []
-        for k in range(size):
-            tp = probabilities[k * size + k]
-            predicted = sum(probabilities[j * size + k] for j in range(size))
-            actual = sum(probabilities[k * size: (k + 1) * size])
-            score = f1_score(tp, predicted - tp, actual - tp)
-            if score is not None:
-                scores.append(score)
-        return sum(scores) / len(scores) if scores else None
-
-    return value, dirichlet_interval(cells, statistic, seed ^ 0x5EED, estimate=value), len(classed)
+    return value, dirichlet_interval(cells, _macro_f1_of_cells, seed ^ 0x5EED, estimate=value), len(classed)
 
 
 def has_classes(items: list[tuple]) -> bool:
