@@ -484,12 +484,20 @@ def mcnemar_exact_mde(n: int, discordance: float, alpha: float = 0.05, power: fl
     _check_counts(n=n)
     if n == 0 or not 0 < discordance <= 1:
         return None
-    if mcnemar_exact_power(n, discordance, discordance, alpha) < power:
+    return _smallest_detectable(lambda d: mcnemar_exact_power(n, discordance, d, alpha), 0.0, discordance, power)
+
+
+def _smallest_detectable(power_at, low: float, high: float, power: float) -> float | None:
+    """The smallest difference in (low, high] at which ``power_at`` (rising with the
+    difference) reaches ``power``, by bisection to 1e-4; None when even ``high`` falls
+    short."""
+    high = float(high)
+    if power_at(high) < power:
         return None
-    low, high = 0.0, float(discordance)  # power(low) < power <= power(high)
+    low = float(low)  # power_at(low) < power <= power_at(high)
     while high - low > 1e-4:
         mid = (low + high) / 2
-        if mcnemar_exact_power(n, discordance, mid, alpha) >= power:
+        if power_at(mid) >= power:
             high = mid
         else:
             low = mid
@@ -545,16 +553,7 @@ def margin_test_mde(n: int, discordance: float, margin: float, alpha: float = 0.
     _check_counts(n=n)
     if n == 0 or not 0 < discordance <= 1 or discordance <= margin:
         return None
-    if margin_test_power(n, discordance, discordance, margin, alpha) < power:
-        return None
-    low, high = float(margin), float(discordance)  # power(low) <= alpha < power <= power(high)
-    while high - low > 1e-4:
-        mid = (low + high) / 2
-        if margin_test_power(n, discordance, mid, margin, alpha) >= power:
-            high = mid
-        else:
-            low = mid
-    return high
+    return _smallest_detectable(lambda d: margin_test_power(n, discordance, d, margin, alpha), margin, discordance, power)
 
 
 # --------------------------------------------------------------------------- bootstrap

@@ -3,9 +3,9 @@
 Shares of independent units (dialogues, pairs) carry Wilson 95% score intervals with
 continuity correction; shares of replies grouped in dialogues the same on the effective
 sample size (the design effect over dialogues); means of bounded ratings the same on
-their scale mapped to 0-1; statistics without a closed form (F1, macro-F1) a seeded
-bootstrap over their items. benchmarks/coverage.py measures the coverage of the rates'
-and the means' intervals.
+their scale mapped to 0-1; statistics of a confusion table (F1, macro-F1, kappa, AC1) a
+seeded Dirichlet posterior of the table (``dirichlet_interval``). benchmarks/coverage.py
+measures the coverage of every one of them.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
 WILSON = "wilson"  # Wilson score interval (continuity-corrected) of a share of independent units
 CLUSTER_WILSON = "cluster wilson"  # the same on the effective size of replies grouped in dialogues
 BOUNDED_WILSON = "bounded cluster wilson"  # a mean on a bounded scale (bounded_mean_interval)
-DIRICHLET = "dirichlet posterior"  # a statistic of a table: its Jeffreys posterior (dirichlet_interval)
+DIRICHLET = "dirichlet posterior"  # a statistic of a table: the table's posterior (dirichlet_interval)
 NEWCOMBE = "newcombe"  # Newcombe's hybrid score interval of a difference of two shares
 
 
