@@ -525,6 +525,11 @@ def _number(value, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def _small_cell_flag(statistic: dict) -> str:
+    """What a statistic's summary says when its cell is too small for the protocol."""
+    return "" if statistic.get("comparable") or statistic["value"] is None else ", small cell: not comparable"
+
+
 def summary_lines(report: dict, prefix: str = "quality") -> list[str]:
     """One line saying how, then one line per class and per generator x class cell."""
     how = (
@@ -539,8 +544,7 @@ def summary_lines(report: dict, prefix: str = "quality") -> list[str]:
     def line(name: str, cell: dict) -> str:
         bleu = cell["self_bleu4"]
         vendi_cell = cell["vendi"]
-        bleu_flag = "" if bleu.get("comparable") or bleu["value"] is None else ", small cell: not comparable"
-        vendi_flag = "" if vendi_cell.get("comparable") or vendi_cell["value"] is None else ", small cell: not comparable"
+        bleu_flag, vendi_flag = _small_cell_flag(bleu), _small_cell_flag(vendi_cell)
         return (
             f"{prefix} {name}: n {cell['n']}; MTLD {_number(cell['mtld']['value'], 1)} (n {cell['mtld']['n']}); "
             f"Self-BLEU-4 {_number(bleu['value'], 2)} ({bleu['hypotheses']} hyp vs "
