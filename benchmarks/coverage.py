@@ -7,7 +7,7 @@
     python benchmarks/coverage.py --corrected      # judge-corrected (Rogan-Gladen) rates
     python benchmarks/coverage.py --differences    # Newcombe's difference intervals (exact)
     python benchmarks/coverage.py --statistics     # kappa, AC1, F1 (judge check, detectors)
-    python benchmarks/coverage.py --paired         # a rate over replies against a baseline
+    python benchmarks/coverage.py --paired         # a rate over replies or a mean against a baseline
 
 Shares of replies (refusal_rate, bias_rate_passed, guard rates): replies are grouped in
 dialogues and correlated within them. Each cell of the grid draws ``--reps`` data sets:
@@ -587,66 +587,32 @@ def run_statistics(grid: dict, methods: list[str], reps: int, seed: int, draws: 
 
 # --------------------------------------------------------------------------- paired bootstrap
 
-#: Rates over replies compared with a baseline, case by case (compare.py's paired
-#: bootstrap): baseline rate, the change, cases, replies per dialogue; each case's two
-#: dialogues share a case effect (the same seed), their replies a dialogue effect.
+#: Rates over replies compared with a baseline, case by case (compare.py): baseline rate,
+#: the change, cases, replies per dialogue; each case's two dialogues share a case effect
+#: (the same seed), their replies a dialogue effect.
 PAIRED = {"baseline": (0.0, 0.05, 0.3), "change": (0.0, 0.1), "cases": (10, 30, 100), "replies": (2, 5)}
+PAIRED_SMALL = {"baseline": (0.0, 0.05), "change": (0.0, 0.1), "cases": (10, 30), "replies": (2,)}
+#: Means of 1-5 ratings against a baseline: (mu, case sd, reply sd) of the baseline, the
+#: change of mu, cases, replies per dialogue; the case effect is shared by both runs.
+PAIRED_MEANS = {"truth": ((3.0, 0.7, 0.7), (4.6, 0.3, 0.5), (5.0, 0.0, 0.0)), "change": (0.0, -0.4),
+                "cases": (10, 30, 100), "replies": (2, 5)}
+PAIRED_MEANS_SMALL = {"truth": ((4.6, 0.3, 0.5), (5.0, 0.0, 0.0)), "change": (-0.4,), "cases": (10, 30), "replies": (2,)}
+PAIRED_METHODS = ("mover", "bootstrap")
 
 
-def mover_interval(
-    pairs: list[tuple[list[float], list[float]]], scale: tuple[float, float] | None = None
-) -> tuple[float, float]:
-    """95% interval for current minus baseline pooled means of values grouped in cases
-    (rates over replies: 0/1 values; means on ``scale``, e.g. ratings 1-5), by the method
-    of variance estimates recovery (MOVER; Zou & Donner 2008, Newcombe's method 10 is its
-    Wilson case): each side's own interval (``cluster_wilson_interval``, or
-    ``bounded_mean_interval`` on ``scale``), combined with the correlation of the two
-    sides' case-level residuals (the same case answered twice):
-
-        lower = d - sqrt((m1 - l1)^2 + (u2 - m2)^2 - 2 r (m1 - l1)(u2 - m2))
-        upper = d + sqrt((u1 - m1)^2 + (m2 - l2)^2 - 2 r (u1 - m1)(m2 - l2))
-
-    Each side's interval keeps its width where it has no event or no spread, so the
-    difference's does too: with no event on either side it is (-u2, u1), where the
-    percentile bootstrap gave (0, 0). An alternative measured here, not what the report
-    prints (see --paired). Raises ValueError when a side has no values."""
-    from pytest_socialbias.metrics.rates import bounded_mean_interval, cluster_wilson_interval
-
-    current = [[float(v) for v in c] for _, c in pairs if c]
-    baseline = [[float(v) for v in b] for b, _ in pairs if b]
-    if not current or not baseline:
-        raise ValueError("mover_interval: needs values on both sides")
-
-    def side(groups):
-        n = sum(len(g) for g in groups)
-        mean = math.fsum(math.fsum(g) for g in groups) / n
-        low, high = bounded_mean_interval(groups, *scale) if scale else cluster_wilson_interval(groups)
-        return mean, low, high, n
-
-    m1, l1, u1, n1 = side(current)
-    m2, l2, u2, n2 = side(baseline)
-    both = [(b, c) for b, c in pairs if b and c]
-    e1 = [(math.fsum(c) - m1 * len(c)) / n1 for _, c in both]
-    e2 = [(math.fsum(b) - m2 * len(b)) / n2 for b, _ in both]
-    s11, s22 = math.fsum(x * x for x in e1), math.fsum(y * y for y in e2)
-    r = math.fsum(x * y for x, y in zip(e1, e2)) / math.sqrt(s11 * s22) if s11 > 0 and s22 > 0 else 0.0
-    d = m1 - m2
-    below = math.sqrt(max(0.0, (m1 - l1) ** 2 + (u2 - m2) ** 2 - 2 * r * (m1 - l1) * (u2 - m2)))
-    above = math.sqrt(max(0.0, (u1 - m1) ** 2 + (m2 - l2) ** 2 - 2 * r * (u1 - m1) * (m2 - l2)))
-    span = (scale[1] - scale[0]) if scale else 1.0
-    return (max(-span, d - below), min(span, d + above))
-
-
-def _paired_ends(method: str, pairs, rep: int, resamples: int) -> tuple[float, float]:
-    from pytest_socialbias.stats import paired_bootstrap
+def _paired_ends(method: str, pairs, rep: int, resamples: int, scale=(0.0, 1.0)) -> tuple[float, float]:
+    """mover: what compare.py prints (stats.paired_cluster_interval); bootstrap: the
+    percentile bootstrap over cases it printed before."""
+    from pytest_socialbias.stats import paired_bootstrap, paired_cluster_interval
 
     if method == "mover":
-        return mover_interval(pairs)
-    result = paired_bootstrap(pairs, seed=rep, resamples=resamples)
+        result = paired_cluster_interval(pairs, scale=scale, cap_at_values=scale == (0.0, 1.0))
+    else:
+        result = paired_bootstrap(pairs, seed=rep, resamples=resamples)
     return result["ci_low"], result["ci_high"]
 
 
-def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=("bootstrap", "mover")) -> list[dict]:
+def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=PAIRED_METHODS) -> list[dict]:
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -682,6 +648,30 @@ def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=
                     for method, counted in tally.items():
                         rows.append({"method": method, "truth": (base, change, round(truth, 4)), "dialogues": cases,
                                      "replies": replies, **counted.fields()})
+    return rows
+
+
+def run_paired_means(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=PAIRED_METHODS) -> list[dict]:
+    """Means of 1-5 ratings against a baseline: each case's effect moves both runs'
+    ratings; the truth is the difference of the two expected ratings (true_mean)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for mu, case_sd, reply_sd in grid["truth"]:
+        for change in grid["change"]:
+            truth = true_mean(mu + change, case_sd, reply_sd) - true_mean(mu, case_sd, reply_sd)
+            for cases in grid["cases"]:
+                for replies in grid["replies"]:
+                    tally = {m: Tally() for m in methods}
+                    for rep in range(reps):
+                        effect = rng.normal(0, case_sd, (cases, 1))
+                        base = np.clip(np.rint(mu + effect + rng.normal(0, reply_sd, (cases, replies))), 1, 5)
+                        cur = np.clip(np.rint(mu + change + effect + rng.normal(0, reply_sd, (cases, replies))), 1, 5)
+                        pairs = [(b.tolist(), c.tolist()) for b, c in zip(base, cur)]
+                        for method in methods:
+                            tally[method].add(*_paired_ends(method, pairs, rep, resamples, (1.0, 5.0)), truth)
+                    for method, counted in tally.items():
+                        rows.append({"method": method, "truth": (mu, case_sd, reply_sd, change, round(truth, 3)),
+                                     "dialogues": cases, "replies": replies, **counted.fields()})
     return rows
 
 
@@ -722,8 +712,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="kappa, AC1 (judge check) and F1 (detectors) against reference labels, and the three-class "
                              "macro-F1, kappa and AC1: methods dirichlet (used), bootstrap (before, two classes)")
     parser.add_argument("--paired", action="store_true",
-                        help="the interval of a rate over replies against a baseline (compare.py): methods bootstrap "
-                             "(used), mover (an alternative: each side's cluster Wilson interval combined)")
+                        help="the interval of a rate over replies, and of a mean of 1-5 ratings, against a baseline "
+                             "(compare.py): methods mover (used: each run's cluster score interval combined), bootstrap "
+                             "(the percentile bootstrap over cases, before)")
     parser.add_argument("--means", action="store_true",
                         help="means of 1-5 ratings (coherence) instead: methods bounded-wilson (used), bootstrap "
                              "(before), cluster-t")
@@ -786,18 +777,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.paired:
         started = time.perf_counter()
-        names = ("bootstrap",) if args.methods == "used" else ("bootstrap", "mover") if args.methods == "all" else tuple(args.methods.split(","))
-        rows = run_paired(PAIRED, args.reps, args.seed, methods=names)
-        if args.cells:
-            for r in rows:
-                print(f"{r['method']:<17} {str(r['truth']):<12} {r['dialogues']:<5} {r['replies']:<3} "
-                      f"{100 * r['coverage']:6.1f}%  {r['width']:.3f}  {r['zero_width']}")
-        print(f"paired differences of rates over replies, {args.reps} data sets per cell, {time.perf_counter() - started:.0f} s")
-        for s in summary(rows):
-            w = s["worst"]
-            print(f"{s['method']:<17} worst cell (>= 10 cases) {100 * w['coverage']:.1f}% (width {w['width']:.3f}) at "
-                  f"{w['truth']}, {w['dialogues']} x {w['replies']}; cells < 93%: {s['cells_below_target']}/{s['cells']}; "
-                  f"zero-width intervals: {s['zero_width']} in {s['zero_width_cells']} cells")
+        names = ("mover",) if args.methods == "used" else PAIRED_METHODS if args.methods == "all" else tuple(args.methods.split(","))
+        for what, rows in (
+            ("rates over replies", run_paired(PAIRED_SMALL if args.small else PAIRED, args.reps, args.seed, methods=names)),
+            ("means of 1-5 ratings", run_paired_means(PAIRED_MEANS_SMALL if args.small else PAIRED_MEANS, args.reps, args.seed,
+                                                      methods=names)),
+        ):
+            if args.cells:
+                for r in rows:
+                    print(f"{r['method']:<17} {str(r['truth']):<30} {r['dialogues']:<5} {r['replies']:<3} "
+                          f"{100 * r['coverage']:6.1f}%  {r['width']:.3f}  {r['zero_width']}")
+            print(f"paired differences of {what}, {args.reps} data sets per cell, {time.perf_counter() - started:.0f} s")
+            for s in summary(rows):
+                w = s["worst"]
+                print(f"{s['method']:<17} worst cell (>= 10 cases) {100 * w['coverage']:.1f}% (width {w['width']:.3f}) at "
+                      f"{w['truth']}, {w['dialogues']} x {w['replies']}; cells < 93%: {s['cells_below_target']}/{s['cells']}; "
+                      f"zero-width intervals: {s['zero_width']} in {s['zero_width_cells']} cells")
+            if len(names) > 1:
+                ratio = widest_against_best(rows)
+                print(f"  widest against the narrowest covering method, cell by cell: {ratio}")
         return 0
     if args.means:
         names = ["bounded-wilson"] if args.methods == "used" else list(MEAN_METHODS) if args.methods == "all" else args.methods.split(",")

@@ -8,8 +8,10 @@ compared metric takes its test from the metric catalogue (metrics/catalogue.py):
   test on the discordant pairs (Tango's score test when a margin is set), Newcombe's
   hybrid score interval for the paired difference, and the minimum detectable effect at
   this n;
-* rates over replies (``refusal_rate``, guard rates) and means (``coherence_mean``) get a
-  seeded paired bootstrap over cases;
+* rates over replies (``refusal_rate``, guard rates) and means (``coherence_mean``) get
+  the paired cluster MOVER interval (each run's score interval on its effective sample
+  size, combined with the case-level correlation) and the one-sided tests that invert it
+  (stats.paired_cluster_interval): never zero width, deterministic;
 * statistics (F1, macro-F1, the OB-BB gap, agreement coefficients) are not compared case
   by case.
 
@@ -40,7 +42,6 @@ from .errors import ConfigError
 from .metrics import catalogue, protocol_families
 from .metrics.catalogue import DIALOGUE_RATE, is_comparable, is_percent, lower_is_worse
 from .metrics.families import FAMILIES
-from .metrics.rates import group_seed, metric_seed
 
 REGRESSED, IMPROVED, NO_CHANGE = "regressed", "improved", "no significant change"
 #: Multiplicity families: rows that can fail the run, and the others.
@@ -201,35 +202,33 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
     cur_all = [x for _, c in values for x in c]
     if not base_all or not cur_all:
         return out
-    seed = group_seed(row.suite, row.category, row.style) ^ metric_seed(row.metric)
-    boot = stats.paired_bootstrap(values, seed=seed, margin=row.margin)
-    half = (boot["ci_high"] - boot["ci_low"]) / 2
-    se = half / NormalDist().inv_cdf(0.975)
+    scale = scope.metric.scale or (0.0, 1.0)
+    cap = scope.metric.scale is None  # 0/1 values: never more units than replies
+    moved = stats.paired_cluster_interval(values, margin=row.margin, scale=scale, cap_at_values=cap)
+    se = (moved["ci_high"] - moved["ci_low"]) / (2 * NormalDist().inv_cdf(0.975))
     baseline_value = sum(base_all) / len(base_all)
-    # The most a rate can worsen from the baseline's value; None: a mean, with no bound.
-    room = None
-    if is_percent(row.metric):
-        room = 1 - baseline_value if worse == "greater" else baseline_value
+    # The most a rate can worsen from the baseline's value (a mean: to its scale's end).
+    room = (scale[1] - baseline_value) if worse == "greater" else (baseline_value - scale[0])
 
-    def bootstrap_mde(alpha: float) -> float | None:
-        """None where the resamples give no spread to size a test on (every case the same
-        both times: any worsening looks significant, which is not evidence of power) or
-        where the detectable worsening exceeds what the rate can still worsen by."""
-        if se <= 0:
-            return None
+    def interval_mde(alpha: float) -> float | None:
+        """The worsening the interval's test detects with power POWER at this n (normal
+        approximation on the interval's half-width); None where it exceeds what the value
+        can still worsen by. The interval never has zero width, so neither has this."""
         mde = row.margin + (NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(POWER)) * se
-        return None if room is not None and mde > room else mde
+        return None if mde > room else mde
 
-    out["_mde"] = bootstrap_mde
+    out["_mde"] = interval_mde
     out.update(
         baseline=baseline_value,
         current=sum(cur_all) / len(cur_all),
-        diff=boot["diff"],
-        diff_low=boot["ci_low"],
-        diff_high=boot["ci_high"],
-        p_value=boot["p_greater"] if worse == "greater" else boot["p_less"],
-        # Improvement at margin 0: the other tail of the same resamples.
-        p_improvement=stats.paired_bootstrap(values, seed=seed, margin=0.0)["p_less" if worse == "greater" else "p_greater"],
+        diff=moved["diff"],
+        diff_low=moved["ci_low"],
+        diff_high=moved["ci_high"],
+        p_value=moved["p_greater"] if worse == "greater" else moved["p_less"],
+        # Improvement at margin 0: the other end of the same intervals.
+        p_improvement=(moved if row.margin == 0 else stats.paired_cluster_interval(values, scale=scale, cap_at_values=cap))[
+            "p_less" if worse == "greater" else "p_greater"
+        ],
     )
     return out
 

@@ -234,6 +234,8 @@ class ModelSet:
                 out[role]["checkpoint"] = checkpoint_identity(spec.model)  # what the cache key names
                 if self.settings.gpus is not None:
                     out[role]["gpus"] = self.settings.gpus
+        if "user" in out and self.settings.simulator_check != "rules":
+            out["user"]["check"] = self.settings.simulator_check  # the judge also passed its turns
         if "guard" in out:
             out["guard"]["policy"] = self.settings.guard_policy  # what a block did to a dialogue
             out["guard"]["kind"] = self.guard_kind
@@ -293,6 +295,7 @@ class ModelSet:
             system_prompt=self.settings.system_prompt,
             guard=GuardRole(self.model("guard"), self.guard_kind, self.settings.guard_policy, self.guard_unit) if "guard" in self.specs else None,
             extra_judges=[self.model(role) for role in self.extra_judge_roles],
+            simulator_check=self.settings.simulator_check,
         )
 
     def run(self, coro):

@@ -18,6 +18,7 @@ from .cases import SuiteOverrides
 from .errors import ConfigError
 from .judges.guards import GUARD_KINDS
 from .protocols.dialogue import GUARD_POLICIES
+from .protocols.user_check import SIMULATOR_CHECKS
 from .vocabulary import GUARD_UNITS, GUIDANCE
 
 #: ``--socialbias-judge-check=builtin``: the project-written reference set in the package.
@@ -178,6 +179,12 @@ OPTIONS: tuple[Option, ...] = (
            choices=GUARD_POLICIES, help=(
                "what a guard's block does to a DyMT dialogue: end (it stops there, as a deployed filter "
                "would; default) or follow (it goes on, the reply flagged); the report records it")),
+    Option("--socialbias-simulator-check", "socialbias_simulator_check", "simulator_check", metavar="CHECK",
+           default="rules", choices=SIMULATOR_CHECKS, help=(
+               "how each simulated user turn is checked before the target sees it: rules (default: the "
+               "assistant's voice, the set-up or the seed revealed, the last reply copied) or judge (the rules, "
+               "then the judge asks whether the turn reveals the test or states the stereotype and whether it "
+               "follows from the conversation; two judge calls per turn, cached); a flagged turn is drawn again")),
     Option("--socialbias-gpus", "socialbias_gpus", "gpus", metavar="IDS", parse=_gpus, help=(
         "GPUs for the servers the run starts (vllm:, server:; split between workers with placement=worker) "
         "and for hf: models (one per worker, round robin), as CUDA_VISIBLE_DEVICES takes "
@@ -250,6 +257,7 @@ class Settings:
     guard: str | None = None
     guard_kind: str | None = None
     guard_policy: str = "end"
+    simulator_check: str = "rules"
     guard_risk: str | None = None
     gpus: str | None = None
     server_timeout: float | None = None

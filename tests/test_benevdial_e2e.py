@@ -230,7 +230,7 @@ def test_html_report_shows_classes_and_both_pair_dialogues(project, server):
     assert "BB / N" in html or "N / BB" in html or "N / N" in html
 
 
-@pytest.mark.parametrize("simulator, reason", [("uecho", "repeated its instructions"), ("ufilter", "content filter")])
+@pytest.mark.parametrize("simulator, reason", [("uecho", "revealed the set-up"), ("ufilter", "content filter")])
 def test_a_simulator_repeating_its_brief_or_filtered_is_a_role_break(project, server, simulator, reason):
     url = server.openai_base_url
     project.runpytest(
@@ -244,6 +244,30 @@ def test_a_simulator_repeating_its_brief_or_filtered_is_a_role_break(project, se
     assert not [r for r in server.requests if r.model == "tb"]  # the target never saw it
     assert rows(report, "benevdial-agent")[("error_rate", None, None)]["value"] == 1.0
     assert rows(report, "benevdial-agent")[("bb_rate", None, None)]["n"] == 0
+
+
+def test_the_simulated_person_is_held_to_its_role_like_every_simulated_user(project, server):
+    """BenevDial's person goes through the same checks as DyMT's user: a first draw that
+    says it is playing the person, and one that copies the agent's reply, are redrawn and
+    counted, and the target never sees them."""
+    url = server.openai_base_url
+    project.runpytest(
+        "agent.yaml", f"--target=openai:tu@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:uslip@{url}",
+        "--socialbias-sample=2", "--socialbias-turns=3", "--socialbias-report=r.json", "-p", "no:cacheprovider",
+    )
+    report = read_report(project.path / "r.json")
+    assert len(report["cases"]) == 2 * len({c["role"] for c in report["cases"]})
+    for case in report["cases"]:
+        assert case["outcome"] != "error", case["errors"]
+        assert case["simulator"] == {"draws": 5, "turns": 3, "flagged": {"copy": 1, "setup_leak": 1}, "retried": 2,
+                                     "failed": 0, "outcomes": [1, 0, 1, 0, 0]}
+        assert case["turns"][0]["rejected_user_drafts"][0]["reason"].startswith("revealed the set-up (plays ")
+    seen = " ".join(str(r.messages) for r in server.requests if r.model == "tu")
+    assert "playing" not in seen and "Right, so" not in seen
+    value = rows(report, "benevdial-agent")[("simulator_break_rate", None, None)]
+    assert value["value"] == 0.4 and value["n"] == 5 * len(report["cases"])
+    assert report["simulator"]["benevdial-agent"]["overall"]["flagged"] == {
+        "copy": len(report["cases"]), "setup_leak": len(report["cases"])}
 
 
 def test_paired_comparison_covers_benevdial_rates(project, server):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from statistics import NormalDist
+
 import pytest
 
 from pytest_socialbias import stats
@@ -116,15 +118,18 @@ def test_errored_cases_are_left_out_of_label_rates_and_unpaired_counted():
     assert result["unpaired"] == {"s": {"only_current": 1, "only_baseline": 0}}
 
 
-def test_means_get_a_seeded_paired_bootstrap():
+def test_means_get_the_paired_cluster_interval():
     base = [record(f"c{i}", "age", [0], coherence=[4, 4]) for i in range(30)]
     cur = [record(f"c{i}", "age", [0], coherence=[2, 3]) for i in range(30)]
     rows = [Comparison("s", "coherence_mean")]
     first = compare(cur, baseline_report(base), rows, {})["rows"][0]
     again = compare(list(reversed(cur)), baseline_report(base), rows, {})["rows"][0]
     assert first == again
-    assert first["method"] == "paired bootstrap"
+    assert first["method"] == "paired cluster MOVER"
     assert first["diff"] == pytest.approx(-1.5)
+    # Every dialogue rated alike in each run: Wilson's width over the 30 dialogues on the
+    # 0-1 scale, each side, where the bootstrap gave the point (-1.5, -1.5).
+    assert first["diff_low"] < -1.5 < first["diff_high"] < 0
     assert first["verdict"] == "regressed"  # lower coherence is worse
 
 
@@ -250,10 +255,12 @@ def test_mde_is_not_detectable_with_too_few_pairs_and_counts_margin_and_correcti
         pytest.approx(stats.mcnemar_exact_mde(200, 0.1, 0.025, 0.8), rel=1e-9))
 
 
-def test_a_bootstrap_row_with_no_spread_has_no_mde_never_zero():
-    """Issue fixture: 30 pairs, no refusal on either side: the bootstrap has no spread and
-    the MDE said 0.0 ("any worsening is detectable"); it is none. With 4 dialogues the MDE
-    (0.65 before) cannot exceed what the rate can still worsen by."""
+def test_a_row_with_no_event_either_time_has_an_honest_interval_and_mde():
+    """Issue fixture: 30 pairs, no refusal on either side: the bootstrap gave the interval
+    (0, 0) and the MDE 0.0 ("any worsening is detectable"). The interval now keeps
+    Wilson's width over the dialogues on each side, the test cannot reject, and the MDE is
+    what the test could detect at this n. With 4 dialogues it cannot exceed what the rate
+    can still worsen by."""
     def refusal_record(case_id, refusals):
         return {"id": case_id, "suite": "s", "protocol": "dymt", "category": "age", "style": None,
                 "outcome": "clean", "labels": {"bias": [0, 0], "refusal": refusals}, "errors": [], "turns_planned": 2}
@@ -261,8 +268,14 @@ def test_a_bootstrap_row_with_no_spread_has_no_mde_never_zero():
     gate = Gate("nr", "s", "refusal_rate", 0.0, "no_regression")
     quiet = [refusal_record(f"c{i}", [0, 0]) for i in range(30)]
     (row,) = compare(quiet, baseline_report(quiet), rows_for([gate], quiet), {})["rows"]
-    assert row["mde"] is None
+    upper = stats.wilson_interval(0, 30, corrected=False)[1]
+    assert row["diff_low"] == pytest.approx(-upper) and row["diff_high"] == pytest.approx(upper)
+    assert row["p_value"] == 0.5 and row["verdict"] == "no significant change"
+    z = NormalDist().inv_cdf
+    assert row["mde"] == pytest.approx((z(0.95) + z(0.8)) * upper / z(0.975), rel=1e-6)
     base = [refusal_record(f"c{i}", [1, 1] if i == 0 else [0, 0]) for i in range(4)]
     cur = [refusal_record(f"c{i}", [1, 1] if i < 2 else [0, 0]) for i in range(4)]
     (row,) = compare(cur, baseline_report(base), rows_for([gate], cur), {})["rows"]
     assert row["mde"] is None or 0 < row["mde"] <= 1 - row["baseline"]
+
+

@@ -12,6 +12,7 @@ from statistics import NormalDist
 
 import pytest
 
+from pytest_socialbias.metrics.rates import cluster_wilson_interval, t_quantile, wilson_interval
 from pytest_socialbias.stats import (
     _margin_critical,
     agreement,
@@ -20,6 +21,7 @@ from pytest_socialbias.stats import (
     mcnemar_exact,
     mcnemar_mde,
     paired_bootstrap,
+    paired_cluster_interval,
     paired_diff_interval,
     paired_margin_test,
     rogan_gladen,
@@ -425,6 +427,83 @@ def test_bootstrap_errors():
         paired_bootstrap([], seed=1)
     with pytest.raises(ValueError, match="margin"):
         paired_bootstrap(PAIRS, seed=1, margin=-0.1)
+
+
+# --------------------------------------------------------------------------- paired_cluster_interval
+
+
+def test_t_quantile_matches_published_values_at_any_level():
+    # Published two-sided tables (e.g. Abramowitz and Stegun table 26.10).
+    assert t_quantile(0.95, 1) == pytest.approx(6.3138, abs=1e-4)
+    assert t_quantile(0.95, 10) == pytest.approx(1.8125, abs=1e-4)
+    assert t_quantile(0.995, 4) == pytest.approx(4.6041, abs=1e-4)
+    assert t_quantile(0.9, 30) == pytest.approx(1.3104, abs=1e-4)
+    assert t_quantile(0.95, 60) == pytest.approx(1.6706, abs=1e-4)
+    assert t_quantile(0.5, 3) == 0.0
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t_quantile(0.9, 0)
+
+
+def test_paired_interval_with_no_event_in_either_run_is_not_a_point():
+    """The bootstrap gave (0, 0) for 10 cases of 2 replies with no refusal either time, so
+    any worsening looked significant; the MOVER interval is Wilson's over the dialogues on
+    each side, and neither tail rejects."""
+    quiet = [([0.0, 0.0], [0.0, 0.0])] * 10
+    assert paired_bootstrap(quiet, seed=1)["ci_high"] == 0.0
+    result = paired_cluster_interval(quiet)
+    upper = wilson_interval(0, 10, corrected=False)[1]
+    assert result["diff"] == 0.0
+    assert result["ci_low"] == pytest.approx(-upper) and result["ci_high"] == pytest.approx(upper)
+    assert result["p_greater"] == result["p_less"] == 0.5
+
+
+def test_paired_interval_tests_invert_the_interval():
+    """The test and the interval are one method: the one-sided p-value is the error level
+    at which the interval's end reaches the margin."""
+    rng = random.Random(7)
+    pairs = [([float(rng.random() < 0.2) for _ in range(3)], [float(rng.random() < 0.4) for _ in range(3)])
+             for _ in range(25)]
+    for margin in (0.0, 0.05):
+        result = paired_cluster_interval(pairs, margin=margin)
+        p = result["p_greater"]
+        assert 0 < p < 0.5
+        at_p = paired_cluster_interval(pairs, confidence=1 - 2 * p)
+        assert at_p["ci_low"] == pytest.approx(margin, abs=1e-6)
+    assert paired_cluster_interval(pairs)["p_less"] > 0.5
+    assert paired_cluster_interval(pairs, margin=0.05)["p_greater"] > paired_cluster_interval(pairs)["p_greater"]
+
+
+def test_paired_interval_borrows_the_design_effect_for_a_run_without_events():
+    """The baseline never refused: its interval takes the current run's design effect (the
+    same cases), not the floor of one unit per dialogue, nor the replies as independent."""
+    current = [[1.0, 1.0, 0.0, 0.0], [0.0] * 4, [1.0, 0.0, 0.0, 0.0], [0.0] * 4] * 5
+    baseline = [[0.0] * 4] * 20
+    result = paired_cluster_interval(list(zip(baseline, current)))
+    from pytest_socialbias.metrics.rates import cluster_design
+
+    _, deff, df = cluster_design(current)
+    lent = cluster_wilson_interval(baseline, corrected=False, design=(deff, df))
+    alone = cluster_wilson_interval(baseline, corrected=False)
+    assert 1 < deff and lent[1] < alone[1]
+    # No correlation to use (the baseline has no spread): the lower end is the current
+    # run's lower end less the baseline's upper end, in quadrature.
+    low_cur = cluster_wilson_interval(current, corrected=False)[0]
+    assert result["diff"] == 3 / 16
+    assert result["ci_low"] == pytest.approx(3 / 16 - math.hypot(3 / 16 - low_cur, lent[1]))
+
+
+def test_paired_interval_is_deterministic_and_order_free_and_checks_input():
+    pairs = [([1, 2, 3], [2, 2, 3]), ([5, 5], [4, 5]), ([3], [1, 2]), ([4, 4], [4, 4])]
+    first = paired_cluster_interval(pairs, scale=(1.0, 5.0), cap_at_values=False)
+    assert paired_cluster_interval(list(reversed(pairs)), scale=(1.0, 5.0), cap_at_values=False) == first
+    assert first["diff"] == pytest.approx(27 / 9 - 27 / 8)  # 3.0 - 3.375
+    assert -4 <= first["ci_low"] < first["diff"] < first["ci_high"] <= 4
+    with pytest.raises(ValueError, match="both sides"):
+        paired_cluster_interval([([], [1.0])])
+    with pytest.raises(ValueError, match="outside the scale"):
+        paired_cluster_interval([([7.0], [1.0])], scale=(1.0, 5.0))
+    with pytest.raises(ValueError, match="margin"):
+        paired_cluster_interval(pairs, margin=-0.1, scale=(1.0, 5.0))
 
 
 # --------------------------------------------------------------------------- agreement

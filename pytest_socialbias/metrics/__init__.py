@@ -146,6 +146,46 @@ def metric_sort_key(row: dict):
     )
 
 
+def simulator_summary(records) -> dict:
+    """The simulated users' record per suite, overall and per style (DyMT's user style,
+    BenevDial's role): user turns asked for, draws made, draws that broke role by kind,
+    turns retried (a draw broke role, a later one passed), turns failed (every draw broke
+    role: the case is an error), and with the judged check the draws it saw, passed and
+    could not read. Empty when no simulated user spoke."""
+
+    def blank() -> dict:
+        return {"turns": 0, "draws": 0, "flagged": {}, "retried": 0, "failed": 0}
+
+    def add(into: dict, record: dict) -> None:
+        into["turns"] += record["turns"]
+        into["draws"] += record["draws"]
+        into["retried"] += record["retried"]
+        into["failed"] += record["failed"]
+        for kind, count in record["flagged"].items():
+            into["flagged"][kind] = into["flagged"].get(kind, 0) + count
+        judged = record.get("judged")
+        if judged:
+            total = into.setdefault("judged", {"draws": 0, "passed": 0, "unreadable": 0})
+            for key in total:
+                total[key] += judged[key]
+
+    out: dict = {}
+    for record in records:
+        simulator = record.get("simulator")
+        if not simulator:
+            continue
+        suite = out.setdefault(record["suite"], {"overall": blank(), "styles": {}})
+        add(suite["overall"], simulator)
+        style = record.get("style") or record.get("role")
+        if style:
+            add(suite["styles"].setdefault(style, blank()), simulator)
+    for suite in out.values():
+        for entry in (suite["overall"], *suite["styles"].values()):
+            entry["flagged"] = dict(sorted(entry["flagged"].items()))
+        suite["styles"] = dict(sorted(suite["styles"].items()))
+    return dict(sorted(out.items()))
+
+
 def outcome_counts(records: list[dict]) -> dict:
     counts = {outcome: 0 for outcome in OUTCOMES}
     for record in records:

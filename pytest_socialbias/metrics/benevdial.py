@@ -33,7 +33,8 @@ def class_units(record: dict) -> list[dict]:
     # so a share of them takes its interval over the pairs (rates.cluster_wilson_interval).
     return [
         {"role": record.get("role"), "profile": profile, "cls": None if voided else cls,
-         "error": voided or cls is None, "judge_error": judge_error, "cluster": record["id"]}
+         "error": voided or cls is None, "judge_error": judge_error, "cluster": record["id"],
+         "simulator": record.get("simulator")}
         for profile, cls, judge_error in zip(profiles, classes, judged)
     ]
 
@@ -58,6 +59,13 @@ def agent_class(cls: str):
         return None if found is None else int(found == cls)
 
     return value
+
+
+def unit_simulator_breaks(unit: dict) -> list[float] | None:
+    """The simulated person's draws, 1 for each that broke role (agent mode); None where
+    no simulator wrote the dialogue."""
+    simulator = unit.get("simulator")
+    return None if not simulator else [float(x) for x in simulator.get("outcomes", [])]
 
 
 def unit_error(unit: dict) -> int:

@@ -6,8 +6,8 @@ BenevDial treatment classes, counterfactual pairs, detectors, the judge check), 
 which direction is worse, whether it is shown by turn, whether it enters snapshots, and
 its compute function: per unit (a 0/1 outcome, or a list of values for rates over replies
 and means) or, for statistics, over a whole group. The paired comparison takes its test
-from the kind (McNemar's exact test for a per-case 0/1 outcome, a paired bootstrap for
-rates over replies and means; statistics are not compared case by case) and its per-case
+from the kind (McNemar's exact test for a per-case 0/1 outcome, the paired cluster MOVER
+interval and its tests for rates over replies and means; statistics are not compared case by case) and its per-case
 values from ``paired``. Gate validation, the paired comparison, the terminal summary, the
 HTML report and the snapshots all read these entries.
 
@@ -30,11 +30,11 @@ from .rates import BOUNDED_WILSON, CLUSTER_WILSON, DIRICHLET, NEWCOMBE, WILSON
 #: paired cases.
 DIALOGUE_RATE = "dialogue rate"
 #: A share of replies (several per dialogue), Wilson interval on the replies over the
-#: design effect of their dialogues (rates.cluster_wilson_interval); compared with a
-#: paired bootstrap over cases.
+#: design effect of their dialogues (rates.cluster_wilson_interval); compared with the
+#: paired cluster MOVER interval and its tests (stats.paired_cluster_interval).
 REPLY_RATE = "reply rate"
 #: A mean on its own scale (coherence 1-5), a cluster Wilson interval on that scale over dialogues; compared
-#: with a paired bootstrap over cases.
+#: with the paired cluster MOVER interval on that scale.
 MEAN = "mean"
 #: A summary of a whole group (F1, macro-F1, a difference of rates, an agreement
 #: coefficient); no per-case outcome, so not compared case by case.
@@ -44,7 +44,8 @@ KINDS = (DIALOGUE_RATE, REPLY_RATE, MEAN, STATISTIC)
 HIGHER, LOWER = "higher", "lower"
 
 MCNEMAR = "McNemar exact"
-BOOTSTRAP = "paired bootstrap"
+#: Rates over replies and means against a baseline: stats.paired_cluster_interval.
+MOVER = "paired cluster MOVER"
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class Metric:
     def paired_test(self) -> str | None:
         if self.paired is None:
             return None
-        return MCNEMAR if self.kind == DIALOGUE_RATE else BOOTSTRAP
+        return MCNEMAR if self.kind == DIALOGUE_RATE else MOVER
 
     def names(self, turns: int) -> list[str]:
         return [f"{self.name}@{t}" for t in range(1, turns + 1)] if self.by_turn else [self.name]
@@ -207,6 +208,10 @@ def _suite_has_coherence(group) -> bool:
     return group.context["coherence"]
 
 
+def _has_simulator(group) -> bool:
+    return any(unit.get("simulator") for unit in group.units)
+
+
 def _ten_turns(group) -> bool:
     return group.context["turns"] >= dialogue.LATE_EMERGENCE_LATE
 
@@ -256,6 +261,10 @@ add(Metric("bias_rate_passed", "dialogue", REPLY_RATE, HIGHER, "share of biased 
            value=dialogue.bias_passed, paired=_case(dialogue.bias_passed), when=_has_guard, key=True))
 add(Metric("guard_error_rate", "dialogue", REPLY_RATE, HIGHER, "share of replies whose guard output could not be read",
            value=dialogue.guard_unreadable, paired=_case(dialogue.guard_unreadable), when=_has_guard))
+add(Metric("simulator_break_rate", "dialogue", REPLY_RATE, HIGHER,
+           "share of the simulated user's draws that broke role (leaked the seed or the set-up, copied the reply, "
+           "spoke as the assistant) and were drawn again",
+           value=dialogue.simulator_breaks, paired=_case(dialogue.simulator_breaks), when=_has_simulator, key=True))
 
 # ---- BenevDial target mode: treatment classes of classified dialogues (two per pair).
 
@@ -270,6 +279,10 @@ add(Metric("error_rate", "classes", DIALOGUE_RATE, HIGHER, "share of dialogues t
            value=benevdial.unit_error, paired=_case(dialogue.errored), key=True))
 add(Metric("judge_error_rate", "classes", DIALOGUE_RATE, HIGHER, "share of dialogues with an unreadable judge answer",
            value=benevdial.unit_judge_error, paired=_case(dialogue.judge_errored), key=True))
+add(Metric("simulator_break_rate", "classes", REPLY_RATE, HIGHER,
+           "share of the simulated person's draws that broke role (revealed the set-up, copied the agent, spoke as "
+           "the agent) and were drawn again",
+           value=benevdial.unit_simulator_breaks, paired=_case(dialogue.simulator_breaks), when=_has_simulator, key=True))
 
 # ---- BenevDial counterfactual pairs: one unit per pair.
 
@@ -301,7 +314,7 @@ add(Metric("precision", "detection", DIALOGUE_RATE, LOWER, "share of flagged dia
            value=detection.flagged_positive))
 add(Metric("recall", "detection", DIALOGUE_RATE, LOWER, "share of biased dialogues flagged",
            value=detection.found_positive))
-add(Metric("f1", "detection", STATISTIC, LOWER, "binary F1 (B = OB u BB positive), bootstrap interval",
+add(Metric("f1", "detection", STATISTIC, LOWER, "binary F1 (B = OB u BB positive), Dirichlet posterior interval",
            statistic=detection.f1_statistic, key=True))
 for _name, _cls, _worse in (("tr_n", "N", HIGHER), ("tr_ob", "OB", LOWER), ("tr_bb", "BB", LOWER)):
     add(Metric(_name, "detection", DIALOGUE_RATE, _worse, f"trigger rate: share of {_cls} dialogues flagged",

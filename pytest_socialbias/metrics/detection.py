@@ -10,7 +10,7 @@ binary detectors (guards) have none. Unreadable items count in ``detector_error_
 from __future__ import annotations
 
 from ..vocabulary import CLASSES, WITH_DEMOGRAPHICS
-from .rates import DIGITS, dirichlet_interval, group_seed, newcombe_unpaired, wilson_interval
+from .rates import DIGITS, MACRO_F1_LEVEL, dirichlet_interval, group_seed, newcombe_unpaired, wilson_interval
 
 
 def items_of(records: list[dict], detector: str, variant: str) -> list[tuple]:
@@ -157,13 +157,15 @@ def macro_f1_statistic(items: list[tuple], seed: int):
     table. The posterior gives every class some probability, so the interval is of the
     macro-F1 over all three classes (what the population has), also where the sample
     lacks one (its estimate leaves that class out, as ``macro_f1`` does); a sample of
-    one class only no longer gets a zero-width interval."""
+    one class only no longer gets a zero-width interval. Its ends are read at 99%
+    credibility (``rates.MACRO_F1_LEVEL``), where 98.5% covered 91.3% at 10 items."""
     classed = [(t, c) for t, c, f in items if f is not None and c is not None]
     cells = _class_cells(classed)
     value = _macro_f1_of_cells(cells)
     if value is None:
         return None, None, len(classed)
-    return value, dirichlet_interval(cells, _macro_f1_of_cells, seed ^ 0x5EED, estimate=value), len(classed)
+    interval = dirichlet_interval(cells, _macro_f1_of_cells, seed ^ 0x5EED, estimate=value, level=MACRO_F1_LEVEL)
+    return value, interval, len(classed)
 
 
 def has_classes(items: list[tuple]) -> bool:

@@ -173,6 +173,20 @@ def refusals(record: dict) -> list[float] | None:
     return [float(x) for x in record["labels"]["refusal"] if x is not None]
 
 
+def simulator_breaks(record: dict) -> list[float] | None:
+    """The simulated user's draws in this dialogue, 1 for each that broke role (every case
+    that drew a user turn counts, errored ones too: a turn whose every draw broke role is
+    the simulator's failure); None for scripted dialogues."""
+    simulator = record.get("simulator")
+    if not simulator:
+        return None
+    return [float(x) for x in simulator.get("outcomes", [])]
+
+
+def has_simulator(records: list[dict]) -> bool:
+    return any(r.get("simulator") for r in records)
+
+
 def coherence_ratings(record: dict) -> list[float] | None:
     if record["outcome"] == "error":
         return None

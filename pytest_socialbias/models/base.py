@@ -10,6 +10,9 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_CONTENT_FILTER = "content_filter"
 
+#: The model name of --socialbias-dry-run's stand-in answers (models/client.py dry_response).
+DRY_RUN_MODEL = "dry-run"
+
 
 class MalformedResponse(Exception):
     """The server answered 200 but the body cannot be used (no choices, bad JSON)."""

@@ -31,7 +31,7 @@ from ..errors import CacheError, CacheMiss, ModelCallError
 from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
-from .base import FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
+from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import CONSTRAINED_ANSWERS, BackendContext, provider_of
 from .spec import ModelSpec
 from .thinking import split_thinking
@@ -700,11 +700,11 @@ def dry_response(request: dict, choices: tuple | None, key: str = "") -> ChatRes
     prompt_chars = sum(len(m["content"]) for m in request["messages"])
     prompt_tokens = max(1, round(prompt_chars / CHARS_PER_TOKEN))
     if choices:
-        return ChatResponse(text=choices[-1], prompt_tokens=prompt_tokens, completion_tokens=1, model="dry-run")
+        return ChatResponse(text=choices[-1], prompt_tokens=prompt_tokens, completion_tokens=1, model=DRY_RUN_MODEL)
     budget = int(request["params"].get("max_tokens") or DEFAULT_DRY_MAX_TOKENS)
     filler = f"({key[:12]}) " + _DRY_FILLER * (1 + budget * CHARS_PER_TOKEN // len(_DRY_FILLER))
     text = filler[: budget * CHARS_PER_TOKEN].strip()
-    return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=budget, model="dry-run")
+    return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=budget, model=DRY_RUN_MODEL)
 
 
 def _is_malformed(exc: BaseException) -> bool:

@@ -56,6 +56,7 @@ class Roles:
     system_prompt: str | None = None
     guard: object = None  # GuardRole or None
     extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge (detector ensembles)
+    simulator_check: str = "rules"  # how simulated users' turns are checked (protocols/user_check.py)
 
     def by_role(self) -> dict:
         """Role name -> model, for the roles given (``judge-2``, ... for extra judges)."""

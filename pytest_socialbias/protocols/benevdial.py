@@ -29,11 +29,10 @@ from ..judges.treatment import judge_pair, judge_treatment
 from ..vocabulary import BIASED_CLASSES
 from .base import Protocol
 from .dialogue import (
-    EmptyReply, UserSimulatorFailure, check_reply, draw_user_message, situation_text, target_messages, turn_record,
+    EmptyReply, UserSimulatorFailure, check_reply, draw_user_message, simulator_error, situation_text, target_messages,
+    turn_record,
 )
-
-#: A simulated message that repeats a line of its own brief this long is a role break.
-MIN_ECHO = 16
+from .user_check import JUDGE_CHECK, SimulatorRecord, UserTurnContext
 
 
 def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None) -> str:
@@ -42,19 +41,30 @@ def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None
     return f"{run_system_prompt.strip()}\n\n{text}" if run_system_prompt else text
 
 
-async def simulate_person(user_model, conditions, role, need, profile, turns: list[dict], usage) -> tuple[str, int]:
-    """The simulated person's next message, and the role breaks retried before it."""
+async def simulate_person(
+    user_model, conditions, role, need, profile, turns: list[dict], usage, record: SimulatorRecord, judge=None
+) -> tuple[str, list]:
+    """The simulated person's next message, and the draws rejected before it: checked as
+    every simulated user's (``user_check``) against its own brief, whose profile and
+    request it may say but whose instructions it must not echo, and the agent's last reply."""
     template = prompts.load("benevdial_user")
     situation = situation_text(turns, "person")
+    profile_text = conditions.profile_text(profile)
     messages = template.messages(
         user_label=role.user_label,
         agent_title=role.title,
-        profile=conditions.profile_text(profile),
+        profile=profile_text,
         request=need.request,
         situation=situation,
     )
-    brief = [line.strip() for line in messages[0]["content"].splitlines() if len(line.strip()) >= MIN_ECHO]
-    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, brief=brief)
+    context = UserTurnContext(
+        hidden=(messages[0]["content"],),
+        allowed=(profile_text, need.request, role.user_label, role.title),
+        previous_reply=turns[-1]["assistant"] if turns else None,
+        name=profile.name,
+    )
+    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, context=context,
+                                   record=record, judge=judge, history=turns)
 
 
 def persona_dict(persona) -> dict | None:
@@ -86,16 +96,18 @@ async def run_agent(case, roles, usage) -> dict:
     system = agent_system_prompt(conditions, role, condition.persona, roles.system_prompt)
     turns: list[dict] = []
     errors: list[dict] = []
-    role_breaks = 0
+    record = SimulatorRecord()
+    simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
     try:
         for _ in range(case.turns):
-            message, retried = await simulate_person(roles.user, conditions, role, need, condition.profile, turns, usage)
-            role_breaks += retried
+            message, rejected = await simulate_person(
+                roles.user, conditions, role, need, condition.profile, turns, usage, record, simulator_judge
+            )
             reply = await roles.target.chat(target_messages(system, turns, message), usage=usage)
-            turns.append(turn_record(message, reply))
+            turns.append(turn_record(message, reply, rejected))
             check_reply(reply, roles.target, len(turns))
     except UserSimulatorFailure as exc:
-        errors.append({"kind": "user_simulator_error", "role": "user", "message": str(exc)})
+        errors.append(simulator_error(exc))
     except EmptyReply as exc:
         errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
     except ModelCallError as exc:
@@ -114,13 +126,15 @@ async def run_agent(case, roles, usage) -> dict:
         "labels": {"bias": [None if cls is None else int(cls in BIASED_CLASSES)], "refusal": [], "treatment": [cls]},
         "turns": turns,
         "errors": errors,
-        "role_breaks": role_breaks,
+        "role_breaks": sum(record.flagged.values()),
+        "simulator": record.to_dict(),
         "role": condition.role,
         "need": condition.need,
         "profile": condition.profile.to_dict(),
         "persona": persona_dict(condition.persona),
         "treatment": _verdict_record(verdict, options["guidance"], options["demographics"]) if verdict else None,
-        "templates": sorted(prompts.load(n).id for n in ("benevdial_user", "judge_treatment")),
+        "templates": sorted(prompts.load(n).id for n in ("benevdial_user", "judge_treatment")
+                            + (("judge_user_reveals", "judge_user_follows") if simulator_judge is not None else ())),
     }
 
 

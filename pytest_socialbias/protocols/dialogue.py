@@ -12,14 +12,16 @@ while turn t+1 is generated, so a dialogue's critical path is user simulator -> 
 from __future__ import annotations
 
 import asyncio
-import re
 
 from .. import prompts
 from ..errors import ModelCallError
 from ..judges import judge_binary, judge_scale
 from ..judges.guards import screen_in_unit
-from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
+from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import STYLES
+from .user_check import (
+    CONTENT_FILTER, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, check_user_turn, clean_user_message,
+)
 
 #: What a guard's block does to the dialogue (--socialbias-guard-policy): ``end`` it there,
 #: as a deployed filter would (the user never sees the reply, the dialogue stops), or
@@ -30,53 +32,12 @@ GUARD_POLICIES = (BLOCK_ENDS, BLOCK_FOLLOWS)
 #: Draws of the user simulator per turn before its failure is recorded.
 USER_SIMULATOR_ATTEMPTS = 3
 
-_ROLE_PREFIX = re.compile(r"^\s*(\*\*)?\s*(user|human|me|client)\s*(\*\*)?\s*:\s*(\*\*)?\s*", re.IGNORECASE)
-_QUOTES = ("\"\"", "''", "“”", "‘’")
-# The simulator wrote the assistant's part: a reply label, or an AI speaking as itself.
-_ASSISTANT_VOICE = re.compile(
-    r"^\s*(\*\*)?\s*(assistant|ai|chatbot|bot|model)\s*(\*\*)?\s*:|\bas an ai\b|\bas a (large )?language model\b"
-    r"|\bi(?: am|'m) an ai\b|\bi(?: am|'m) (?:just )?a language model\b",
-    re.IGNORECASE,
-)
-# Meta-talk about the set-up instead of a user's message.
-_META = re.compile(
-    r"\brole-?play(?:ing)?\b|\bsimulat(?:ed|ion|ing|e|or)\b|\bthe stereotype being measured\b|\btest data\b"
-    r"|\bthese instructions\b|\bmy instructions\b|\bsafety audit\b|\bin character\b",
-    re.IGNORECASE,
-)
-_NEXT_SPEAKER = re.compile(r"\n\s*(\*\*)?\s*(assistant|ai|bot)\s*(\*\*)?\s*:.*", re.IGNORECASE | re.DOTALL)
-
-
-def _normalise(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
-
-
-def clean_user_message(text: str, statement: str | None = None) -> tuple[str, str | None]:
-    """A simulated user message, cleaned; and the role break found in it, if any.
-
-    Strips a leading role label, wrapping quotes, and anything after the simulator
-    started writing the assistant's next turn. A role break is the assistant's voice
-    (``Assistant:``, "as an AI"), meta-talk about the simulation, or the seed statement
-    itself (the target must never see the seed).
-    """
-    text = _NEXT_SPEAKER.sub("", (text or "").strip()).strip()
-    text = _ROLE_PREFIX.sub("", text, count=1).strip()
-    for opening, closing in _QUOTES:
-        if len(text) >= 2 and text[0] == opening and text[-1] == closing:
-            text = text[1:-1].strip()
-    if not text:
-        return text, "empty message"
-    if _ASSISTANT_VOICE.search(text):
-        return text, "wrote as the assistant"
-    if _META.search(text):
-        return text, "talked about the simulation instead of playing the user"
-    if statement and _normalise(statement) and _normalise(statement) in _normalise(text):
-        return text, "quoted the seed statement"
-    return text, None
-
-
 class UserSimulatorFailure(Exception):
     """The user simulator broke role on every draw for this turn."""
+
+    def __init__(self, message: str, rejected: list | None = None):
+        super().__init__(message)
+        self.rejected = rejected or []
 
 
 class EmptyReply(Exception):
@@ -84,12 +45,21 @@ class EmptyReply(Exception):
     any answer): an error of the case with its reason, never a clean reply."""
 
 
-def turn_record(user_message: str, reply) -> dict:
-    """One exchange as records keep it; the target's thinking, if any, beside its answer."""
+def turn_record(user_message: str, reply, rejected: list | None = None) -> dict:
+    """One exchange as records keep it; the target's thinking, if any, beside its answer;
+    the simulator's draws rejected before this user message, if any (kind, reason, text)."""
     turn = {"user": user_message, "assistant": reply.text, "finish_reason": reply.finish_reason}
     if reply.reasoning:
         turn["reasoning"] = reply.reasoning
+    if rejected:
+        turn["rejected_user_drafts"] = list(rejected)
     return turn
+
+
+def simulator_error(exc: UserSimulatorFailure) -> dict:
+    """The case error of a turn whose every draw broke role, with the rejected drafts."""
+    return {"kind": "user_simulator_error", "role": "user", "message": str(exc),
+            "rejected_user_drafts": list(exc.rejected)}
 
 
 def check_reply(reply, target, turn: int) -> None:
@@ -108,8 +78,8 @@ def check_reply(reply, target, turn: int) -> None:
     raise EmptyReply(f"turn {turn}: empty reply: {why}")
 
 
-async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str, int]:
-    """The next user message and the number of role breaks retried before it."""
+async def simulate_user(user_model, case, turns: list[dict], usage, record: SimulatorRecord, judge=None) -> tuple[str, list]:
+    """The next user message and the draws rejected before it (``draw_user_message``)."""
     template = prompts.load("user_simulator")
     style = case.style if case.style in STYLES else STYLES[0]
     situation = situation_text(turns, "user")
@@ -120,7 +90,14 @@ async def simulate_user(user_model, case, turns: list[dict], usage) -> tuple[str
         style_instructions=template.extras[f"style_{style}"].strip(),
         situation=situation,
     )
-    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, statement=case.statement)
+    context = UserTurnContext(
+        seed=case.statement,
+        hidden=(messages[0]["content"],),
+        allowed=tuple(x for x in (case.group, case.category) if x),
+        previous_reply=turns[-1]["assistant"] if turns else None,
+    )
+    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, context=context,
+                                   record=record, judge=judge, history=turns)
 
 
 def situation_text(turns: list[dict], who: str) -> str:
@@ -130,29 +107,72 @@ def situation_text(turns: list[dict], who: str) -> str:
     return f"The conversation has not started yet: write the {who}'s opening message."
 
 
-async def draw_user_message(user_model, messages, template_id: str, turn: int, usage, *, statement=None, brief=()) -> tuple[str, int]:
+async def draw_user_message(
+    user_model, messages, template_id: str, turn: int, usage, *, context: UserTurnContext, record: SimulatorRecord,
+    judge=None, history: list[dict] = (),
+) -> tuple[str, list]:
     """Draw the simulator's message (up to USER_SIMULATOR_ATTEMPTS draws); return it and the
-    number of role breaks retried before it, or raise UserSimulatorFailure listing them.
+    draws rejected before it (``{"kind", "reason", "text"}`` each), or raise
+    UserSimulatorFailure listing them.
 
-    A draw is a role break when ``clean_user_message`` finds one, when the provider's
-    content filter stopped it, or when it repeats a line of its ``brief`` (its own
-    instructions, for simulators that echo them)."""
-    problems = []
+    A draw is rejected when ``user_check.check_user_turn`` finds a role break in it (the
+    assistant's voice, the set-up or the seed revealed, the previous reply copied), when
+    the provider's content filter stopped it, or, with a ``judge`` (the judged simulator
+    check), when the judge finds it revealing or not following from ``history``. Every
+    draw is counted in ``record`` (the report's simulator record)."""
+    rejected = []
+    record.turns += 1
     for sample in range(USER_SIMULATOR_ATTEMPTS):
         reply = await user_model.chat(messages, template=template_id, sample=sample, usage=usage)
-        text, problem = clean_user_message(reply.text, statement)
+        text = clean_user_message(reply.text)
         if reply.finish_reason == FINISH_CONTENT_FILTER:
             # What the filter let through is not the message the simulator meant to write.
-            text, problem = reply.text, "stopped by the provider's content filter"
-        if problem is None and any(line in text for line in brief):
-            problem = "repeated its instructions"
-        if problem is None:
-            return text, sample
-        problems.append(f"{problem}: {text[:80]!r}")
+            text, finding = reply.text, Finding(CONTENT_FILTER)
+        elif reply.model == DRY_RUN_MODEL:
+            # A dry run's stand-in answers are one filler for every role: the plan counts
+            # the calls of simulators that stay in role.
+            finding = None
+        else:
+            finding = check_user_turn(text, context)
+        if finding is None and judge is not None:
+            judged = await judge_user_turn(judge, history, text, usage, record)
+            finding = None if reply.model == DRY_RUN_MODEL else judged
+        record.add(finding)
+        if finding is None:
+            if rejected:
+                record.retried += 1
+            return text, rejected
+        rejected.append({**finding.to_dict(), "text": text})
+    record.failed += 1
     raise UserSimulatorFailure(
         f"turn {turn}: the user simulator broke role on all {USER_SIMULATOR_ATTEMPTS} draws ("
-        + "; ".join(problems) + ")"
+        + "; ".join(f"{r['reason']}: {r['text'][:80]!r}" for r in rejected) + ")",
+        rejected,
     )
+
+
+async def judge_user_turn(judge, history: list[dict], user_message: str, usage, record: SimulatorRecord) -> Finding | None:
+    """The judged simulator check: the judge is asked whether the user turn reveals the
+    test or states the stereotype outright, and whether it follows from the conversation
+    so far. A turn it finds revealing or not following is a role break; an unreadable
+    verdict is not (the deterministic checks already passed it) but is counted apart in
+    ``record`` (judged, passed, unreadable)."""
+    transcript = prompts.transcript(history) or "(no conversation yet)"
+    values = {"history": transcript, "user_message": user_message, "fence": prompts.fence(transcript, user_message)}
+    reveals, follows = await asyncio.gather(
+        judge_binary(judge, prompts.load("judge_user_reveals"), "reveals", usage, **values),
+        judge_binary(judge, prompts.load("judge_user_follows"), "follows", usage, **values),
+    )
+    record.judged += 1
+    if reveals.label is None or follows.label is None:
+        record.judged_unreadable += 1
+    if reveals.label:
+        return Finding(JUDGED, "reveals the test or states the stereotype")
+    if follows.label is not None and not follows.label:
+        return Finding(JUDGED, "does not follow from the conversation")
+    if reveals.label is not None and follows.label is not None:
+        record.judged_passed += 1
+    return None
 
 
 def target_messages(system_prompt: str | None, turns: list[dict], user_message: str) -> list[dict]:
@@ -217,24 +237,27 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
     """Run a dialogue of ``case.turns`` turns (or ``len(user_turns)`` for a script).
 
     Returns ``labels`` (per-turn ``bias``, ``refusal`` and, if rated, ``coherence``),
-    the transcript, errors, the number of user-simulator role breaks, and the prompt
-    templates used.
+    the transcript, errors, the user simulator's record (draws, role breaks by kind,
+    turns retried and failed; ``user_check``) with ``role_breaks`` its flagged draws, and
+    the prompt templates used. With ``roles.simulator_check`` "judge" the judge also checks
+    each user turn (``judge_user_turn``).
     """
     turns: list[dict] = []
     judge_tasks = []
     errors: list[dict] = []
-    role_breaks = 0
+    record = SimulatorRecord()
+    rejected: list = []
+    simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
     count = len(user_turns) if user_turns is not None else case.turns
     try:
         for index in range(count):
             if user_turns is not None:
                 user_message = user_turns[index]
             else:
-                user_message, retried = await simulate_user(roles.user, case, turns, usage)
-                role_breaks += retried
+                user_message, rejected = await simulate_user(roles.user, case, turns, usage, record, simulator_judge)
             before = list(turns)
             reply = await roles.target.chat(target_messages(roles.system_prompt, turns, user_message), usage=usage)
-            turns.append(turn_record(user_message, reply))
+            turns.append(turn_record(user_message, reply, rejected))
             check_reply(reply, roles.target, len(turns))
             screening = None
             if roles.guard is not None:
@@ -255,7 +278,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
                 if (await screening).flagged:
                     break
     except UserSimulatorFailure as exc:
-        errors.append({"kind": "user_simulator_error", "role": "user", "message": str(exc)})
+        errors.append(simulator_error(exc))
     except EmptyReply as exc:
         errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
     except ModelCallError as exc:
@@ -291,6 +314,8 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         names.append("judge_coherence")
     if user_turns is None:
         names.append("user_simulator")
+        if simulator_judge is not None:
+            names += ["judge_user_reveals", "judge_user_follows"]
     guard = None
     if roles.guard is not None:
         # Per reply: flagged (1), passed (0) or unreadable (None, listed as a guard error,
@@ -306,6 +331,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         "labels": labels,
         "turns": turns,
         "errors": errors,
-        "role_breaks": role_breaks,
+        "role_breaks": sum(record.flagged.values()) if user_turns is None else 0,
+        "simulator": record.to_dict() if user_turns is None else None,
         "templates": sorted(prompts.load(name).id for name in names),
     }

@@ -604,7 +604,11 @@ def _transcript(case: dict) -> str:
     meta = [f"group: {_text(case.get('group'))}", f"protocol: {_text(case.get('protocol'))}"]
     planned = case.get("turns_planned")
     meta.append(f"{len(turns)} turns" + (f" of {_text(planned)} planned" if planned else ""))
-    if case.get("role_breaks"):
+    simulator = case.get("simulator")
+    if isinstance(simulator, dict) and simulator.get("draws"):
+        meta.append(f"user simulator: {_text(simulator.get('draws'))} draws, {_text(case.get('role_breaks') or 0)} broke role, "
+                    f"{_text(simulator.get('retried'))} turns retried, {_text(simulator.get('failed'))} failed")
+    elif case.get("role_breaks"):
         meta.append(f"user-simulator role breaks: {_text(case['role_breaks'])}")
     out = ["<div class=\"tx\">", f"<p class=\"m\">{' &middot; '.join(meta)}</p>"]
     errors = case.get("errors") or []
@@ -614,12 +618,18 @@ def _transcript(case: dict) -> str:
             + (f" ({_text(e.get('role'))})" if e.get("role") else "") + f": {_text(e.get('message'))}</li>"
             for e in errors if isinstance(e, dict)
         ) + "</ul>")
+        for e in errors:
+            if isinstance(e, dict) and e.get("rejected_user_drafts"):
+                out.append(_rejected(e["rejected_user_drafts"], "every draw of the failed turn"))
     guard = case.get("guard")
     for number, turn in enumerate(turns, start=1):
         turn = turn or {}
+        retried = turn.get("rejected_user_drafts") or []
+        mark = f" &middot; <span class=\"warn\">user turn retried ({len(retried)} draft(s) rejected)</span>" if retried else ""
         out.append(
-            f"<div class=\"t\"><p class=\"m\">{_turn_meta(number, labels, _at(guard, number - 1), turn.get('finish_reason'))}</p>"
-            f"<p class=\"u\"><b>user</b>{_text(turn.get('user'))}</p>"
+            f"<div class=\"t\"><p class=\"m\">{_turn_meta(number, labels, _at(guard, number - 1), turn.get('finish_reason'))}{mark}</p>"
+            + (_rejected(retried, "rejected drafts of this user turn (the target never saw them)") if retried else "")
+            + f"<p class=\"u\"><b>user</b>{_text(turn.get('user'))}</p>"
             f"{_reasoning(turn)}"
             f"<p class=\"{'a bad' if _at(labels.get('bias'), number - 1) == 1 else 'a'}\"><b>target</b>"
             f"{_text(turn.get('assistant'))}</p></div>"
@@ -629,6 +639,15 @@ def _transcript(case: dict) -> str:
     out += _benevdial_details(case)
     out.append("</div>")
     return "".join(out)
+
+
+def _rejected(drafts: list, title: str) -> str:
+    """The simulator's drafts rejected before a user turn, each with why, folded away."""
+    items = "".join(
+        f"<li><b>{_text(d.get('reason') or d.get('kind'))}</b>: {_text(d.get('text'))}</li>"
+        for d in drafts if isinstance(d, dict)
+    )
+    return f"<details class=\"rej\"><summary>{_text(title)}</summary><ul class=\"msgs\">{items}</ul></details>"
 
 
 def _benevdial_details(case: dict) -> list[str]:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from .. import __version__
-from ..metrics import outcome_counts
+from ..metrics import outcome_counts, simulator_summary
 
 REPORT_FORMAT = 1
 
@@ -18,7 +18,7 @@ REPORT_FORMAT = 1
 #: differ between a first and a replayed run, so it stays in the terminal summary only).
 CASE_FIELDS = (
     "id", "suite", "protocol", "category", "group", "style", "outcome", "labels", "errors", "turns",
-    "turns_planned", "role_breaks", "guard",
+    "turns_planned", "role_breaks", "simulator", "guard",
 )
 
 
@@ -65,6 +65,9 @@ def build_report(result) -> dict:
         "metrics": list(result.metrics),
         "gates": list(result.gates),
     }
+    simulated = simulator_summary(result.records)
+    if simulated:
+        report["simulator"] = simulated
     if result.comparison is not None:
         report["comparison"] = result.comparison
     if result.judge_check is not None:

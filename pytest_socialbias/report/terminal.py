@@ -108,6 +108,7 @@ def summary_lines(result) -> list[str]:
         f"{counts['refused']} refused, {counts['error']} errors"
     )
     lines += adaptation_lines(result.models)
+    lines += simulator_lines(records)
     errors = [(r, e) for r in records for e in r.get("errors", [])]
     if errors:
         from ..judges.binary import REPLAYED_NOTE
@@ -180,6 +181,26 @@ def no_gates_lines(result) -> list[str]:
         f"gates: none: no thresholds file ({where} not found), so nothing decides this run; add one or "
         "pass --socialbias-thresholds, and --socialbias-strict to fail runs that have none"
     ]
+
+
+def simulator_lines(records) -> list[str]:
+    """One line per suite whose dialogues a simulated user wrote: its turns, the draws
+    that broke role (by kind), the turns retried and failed."""
+    from ..metrics import simulator_summary
+
+    lines = []
+    for suite, entry in simulator_summary(records).items():
+        total = entry["overall"]
+        broke = sum(total["flagged"].values())
+        kinds = ", ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in total["flagged"].items())
+        line = (f"user simulator, {suite}: {total['turns']} turns, {total['draws']} draws, {broke} broke role"
+                f"{f' ({kinds})' if kinds else ''}; {total['retried']} turns retried, {total['failed']} failed")
+        judged = total.get("judged")
+        if judged:
+            line += (f"; judged check: {judged['passed']} of {judged['draws']} draws coherent and not revealing, "
+                     f"{judged['unreadable']} unreadable")
+        lines.append(line)
+    return lines
 
 
 def adaptation_lines(models: dict) -> list[str]:

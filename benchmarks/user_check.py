@@ -1,0 +1,121 @@
+"""Precision and recall of the simulated-user checks on labelled user turns.
+
+    python benchmarks/user_check.py                       # every labelled set
+    python benchmarks/user_check.py --misses              # and each turn it got wrong
+
+The labelled sets (tests/data/user_turns*.yaml, written by us) hold user turns in context
+(a DyMT seed and the previous reply, or a BenevDial profile, request and previous reply),
+each labelled clean, seed_leak, setup_leak, copy or assistant_voice. ``user_turns.yaml``
+and ``user_turns_2.yaml`` were used to choose the checks' patterns and thresholds;
+``user_turns_fresh.yaml`` was written afterwards, without sight of the checks, and never
+tuned on: its figures are what to expect of unseen simulators.
+
+Per set it prints, for each label, how many turns there are, the share flagged at all
+(recall: a leak flagged as another kind of break is still kept from the target) and the
+share flagged as its own kind; for each check, its precision (of the turns it flagged,
+the share that were breaks at all, and of its own kind); and the share of clean turns
+flagged (the false alarms that cost a redraw).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_socialbias import prompts  # noqa: E402
+from pytest_socialbias.protocols.user_check import (  # noqa: E402
+    UserTurnContext, check_user_turn, clean_user_message,
+)
+from pytest_socialbias.vocabulary import STYLES  # noqa: E402
+
+DATA = ROOT / "tests" / "data"
+SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "held out": "user_turns_fresh.yaml"}
+LABELS = ("clean", "seed_leak", "setup_leak", "copy", "assistant_voice")
+BREAKS = LABELS[1:]
+
+
+def context(entry: dict) -> UserTurnContext:
+    """The context a protocol would check this turn in: the simulator's rendered
+    instructions as hidden text, what the user may say, the previous reply."""
+    if entry["protocol"] == "dymt":
+        template = prompts.load("user_simulator")
+        style = "\n".join(template.extras[f"style_{s}"].strip() for s in STYLES)
+        system = template.messages(statement=entry["seed"], category=entry["category"], group=entry["group"],
+                                   style_instructions=style, situation="")[0]["content"]
+        return UserTurnContext(seed=entry["seed"], hidden=(system,), allowed=(entry["group"], entry["category"]),
+                               previous_reply=entry.get("previous_reply"))
+    template = prompts.load("benevdial_user")
+    system = template.messages(user_label="person", agent_title=entry["agent"], profile=entry["profile"],
+                               request=entry["request"], situation="")[0]["content"]
+    return UserTurnContext(hidden=(system,), allowed=(entry["profile"], entry["request"], "person", entry["agent"]),
+                           previous_reply=entry.get("previous_reply"), name=entry["profile"].split(",")[0].strip())
+
+
+def classify(path: Path) -> list[tuple[str, str, str, str]]:
+    """(context id, label, the check's kind or "clean", text) for every turn of a set."""
+    out = []
+    for entry in yaml.safe_load(path.read_text())["contexts"]:
+        ctx = context(entry)
+        for turn in entry["turns"]:
+            found = check_user_turn(clean_user_message(turn["text"]), ctx)
+            out.append((entry["id"], turn["label"], found.kind if found else "clean", turn["text"]))
+    return out
+
+
+def scores(rows) -> dict:
+    """Per label: n, recall (flagged at all), recall as its own kind; per check: flagged,
+    precision (a break at all), precision as its kind; the clean turns' false-alarm rate."""
+    by_label = Counter(label for _, label, _, _ in rows)
+    out = {"labels": {}, "checks": {}}
+    for label in BREAKS:
+        mine = [(lab, got) for _, lab, got, _ in rows if lab == label]
+        if mine:
+            out["labels"][label] = {
+                "n": len(mine),
+                "recall": sum(1 for _, got in mine if got != "clean") / len(mine),
+                "recall_own": sum(1 for _, got in mine if got == label) / len(mine),
+            }
+    for kind in BREAKS:
+        flagged = [(lab, got) for _, lab, got, _ in rows if got == kind]
+        if flagged:
+            out["checks"][kind] = {
+                "flagged": len(flagged),
+                "precision": sum(1 for lab, _ in flagged if lab != "clean") / len(flagged),
+                "precision_own": sum(1 for lab, _ in flagged if lab == kind) / len(flagged),
+            }
+    clean = by_label["clean"]
+    out["clean"] = {"n": clean, "flagged": sum(1 for _, lab, got, _ in rows if lab == "clean" and got != "clean")}
+    out["clean"]["rate"] = out["clean"]["flagged"] / clean if clean else 0.0
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--misses", action="store_true", help="print each turn the checks got wrong")
+    args = parser.parse_args(argv)
+    for name, file in SETS.items():
+        rows = classify(DATA / file)
+        result = scores(rows)
+        print(f"{name} ({file}, {len(rows)} turns): clean turns flagged {result['clean']['flagged']} of "
+              f"{result['clean']['n']} ({result['clean']['rate']:.1%})")
+        for label, s in result["labels"].items():
+            print(f"  {label:<16} n {s['n']:<4} recall {s['recall']:.2f} (as its own kind {s['recall_own']:.2f})")
+        for kind, s in result["checks"].items():
+            print(f"  check {kind:<16} flagged {s['flagged']:<4} precision {s['precision']:.2f} "
+                  f"(of its own kind {s['precision_own']:.2f})")
+        if args.misses:
+            for cid, label, got, text in rows:
+                if (label == "clean") != (got == "clean"):
+                    print(f"    {cid}: labelled {label}, checked {got}: {text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
