@@ -20,7 +20,7 @@ from .vocabulary import DEFAULT_GUIDANCE
 DEFAULT_BATCH_SIZE = 64
 
 #: Keys every suite file may have, whatever its protocol.
-COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size", "judge_params")
+COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size", "judge_params", "simulator_check")
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,9 @@ class Case:
     # The suite's ``judge_params:`` as sorted (name, value) pairs: sent on every judge call
     # of the case, over the judges' own settings (a judge spec's parameters still win).
     judge_params: tuple = ()
+    # The suite's ``simulator_check:`` ("judge": the judge also checks every simulated
+    # user turn of the case, as --socialbias-simulator-check=judge does for every suite).
+    simulator_check: str | None = None
 
     @property
     def name(self) -> str:

@@ -16,12 +16,13 @@ BenevDial's three-class treatment judge::
 (``label`` one of N, OB, BB; ``agent_title`` optional). The run's own judge labels every
 line with the same prompt template the protocols use (the treatment judge with the run's
 ``--socialbias-guidance``), once all cases have finished, through the same cache. The
-report gives, per binary task, Cohen's kappa and Gwet's AC1 (seeded bootstrap
-intervals), sensitivity and specificity (Wilson intervals), and Rogan-Gladen
-judge-corrected ``bias_at_turn@T`` rates with bootstrap intervals that carry the
-uncertainty of both the run and the reference set; for the treatment task, the 3 x 3
-confusion matrix, agreement (Wilson), Cohen's kappa and Gwet's multi-category AC1
-(bootstrap) and each class's recall (Wilson). Unreadable judge answers are counted,
+report gives, per binary task, Cohen's kappa and Gwet's AC1 (intervals from the seeded
+Dirichlet posterior of the agreement table), sensitivity and specificity (Wilson
+intervals), and Rogan-Gladen judge-corrected ``bias_at_turn@T`` rates whose intervals
+(the hull of a credible interval and the prevalences the run's count does not reject)
+carry the uncertainty of both the run and the reference set; for the treatment task,
+the 3 x 3 confusion matrix, agreement (Wilson), Cohen's kappa and Gwet's
+multi-category AC1 (Dirichlet posterior) and each class's recall (Wilson). Unreadable judge answers are counted,
 never scored.
 
 ``--socialbias-judge-check=builtin`` uses the small reference set shipped with the plugin

@@ -198,7 +198,7 @@ OPTIONS: tuple[Option, ...] = (
         "the `report` extra (matplotlib)")),
     Option("--socialbias-baseline", "socialbias_baseline", "baseline", metavar="PATH|none", parse=_baseline, help=(
         "JSON report of the last accepted release: pair cases by id and test each gated rate for a "
-        "regression (McNemar's exact test / paired bootstrap, Holm-corrected); `no_regression` gates use it "
+        "regression (McNemar's exact test / the paired cluster MOVER interval, Holm-corrected); `no_regression` gates use it "
         "and fail without it; `none` says there is no accepted release yet (they are then not evaluated)")),
     Option("--socialbias-judge-check", "socialbias_judge_check", "judge_check", metavar="PATH", parse=_reference, help=(
         "JSONL file of reference labels for replies (or `builtin`: the small project-written set shipped "

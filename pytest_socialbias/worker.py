@@ -13,12 +13,14 @@ import asyncio
 import concurrent.futures
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from .errors import ModelCallError
 from .models import UsageCounter
 from .models.base import RoleUsage
 from .protocols import PROTOCOLS, outcome_of
+from .protocols.user_check import JUDGE_CHECK
 
 
 class CaseRunner:
@@ -146,6 +148,8 @@ async def run_case(case, roles) -> dict:
     if case.judge_params:
         roles = roles.with_judge_params(dict(case.judge_params))
         identity["judge_params"] = dict(case.judge_params)
+    if case.simulator_check == JUDGE_CHECK:
+        roles = replace(roles, simulator_check=JUDGE_CHECK)
     try:
         result = await PROTOCOLS[case.protocol].run(case, roles, usage)
     except ModelCallError as exc:

@@ -598,9 +598,22 @@ def test_leaks_and_copies_are_redrawn_and_counted_and_the_judged_check_adds_what
     assert judged["simulator"]["demo"]["overall"]["judged"] == {"draws": 6, "passed": 5, "unreadable": 0}
     assert judged["models"]["user"]["check"] == "judge"
     assert {"judge_user_follows@1", "judge_user_reveals@1"} <= set(judged["prompt_templates"])
-    result.stdout.fnmatch_lines(["*judged check: 5 of 6 draws coherent and not revealing, 0 unreadable*"])
+    result.stdout.fnmatch_lines(["*judged check: 5 of 6 draws coherent and not revealing (83.3%), 0 unreadable*"])
     asked = [r for r in dserver.requests if dymtworld.judge_kind(r) in ("reveals", "follows")]
     assert len(asked) == 12  # two questions for each of the 6 draws the rules passed
 
     replay, again = run(pytester, dserver, "--socialbias-simulator-check=judge", "--socialbias-record=none", report="k.json")
     assert replay.ret == result.ret and again["cases"] == judged["cases"]
+
+
+def test_a_suite_asks_for_the_judged_simulator_check_and_a_wrong_value_names_its_line(pytester, keys, dserver):
+    cases = [("age-001", "age", plan_statement("age-001", "00", "VEILED-2"))]
+    pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=2) + "simulator_check: judge\n")
+    result, report = run(pytester, dserver)
+    (case,) = report["cases"]
+    assert case["simulator"]["flagged"] == {"judged": 1} and case["simulator"]["judged"]["draws"] == 3
+    assert dymtworld.VEILED not in json.dumps([r.messages for r in dserver.requests if r.model == "t"])
+    pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=2) + "simulator_check: always\n")
+    result, _ = run(pytester, dserver)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "demo.yaml:11: at simulator_check: 'always' is not one of ['rules', 'judge']" in result.stderr.str()

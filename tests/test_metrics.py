@@ -1,4 +1,4 @@
-"""Unit tests for metrics.py: Wilson intervals, bootstrap intervals, turn-wise bias counts,
+"""Unit tests for metrics.py: Wilson intervals, posterior intervals, turn-wise bias counts,
 late emergence, re-emergence, coherence and metric rows."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class Group:
     category: str | None
     style: str | None
     units: list
-    seed: int  # bootstrap seed of the group's intervals
+    seed: int  # seed of the group's posterior draws (Dirichlet intervals)
     context: dict = field(default_factory=dict)  # suite-wide facts (turns, coherence)
 
 

@@ -21,7 +21,8 @@ _NORMAL = NormalDist()
 #: Metric values and interval ends are rounded to this many digits in every row.
 DIGITS = 6
 
-#: Base seed for bootstrap intervals; each group mixes in its own identity (group_seed).
+#: Base seed of the seeded intervals (Dirichlet posterior draws); each group mixes in its own
+#: identity (group_seed). The name is historical: the value must stay, or reports change.
 BOOTSTRAP_SEED = 20251130
 
 
@@ -287,12 +288,12 @@ def newcombe_unpaired(x1: int, n1: int, x2: int, n2: int, corrected: bool = Fals
 
 
 def metric_seed(metric: str) -> int:
-    """A metric's own part of a bootstrap seed (mixed into group_seed by XOR)."""
+    """A metric's own part of an interval's seed (mixed into group_seed by XOR)."""
     return int.from_bytes(hashlib.sha256(metric.encode("utf-8")).digest()[:8], "big")
 
 
 def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
-    """A bootstrap seed for one metric group: stable across runs and processes.
+    """The seed of one metric group's draws: stable across runs and processes.
 
     hashlib, not hash(): Python salts str hashes per process (PYTHONHASHSEED).
     """

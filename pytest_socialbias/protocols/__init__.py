@@ -81,7 +81,16 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     params = judge_params(source)
     if params:
         suite.cases = [replace(case, judge_params=params) for case in suite.cases]
+    check = simulator_check(source)
+    if check is not None:
+        suite.cases = [replace(case, simulator_check=check) for case in suite.cases]
     return suite
+
+
+def simulator_check(source) -> str | None:
+    """A suite's ``simulator_check:`` (rules or judge; the suite schema holds it to
+    these), or None."""
+    return source.data.get("simulator_check")
 
 
 def judge_params(source) -> tuple:

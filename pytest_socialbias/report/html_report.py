@@ -532,8 +532,9 @@ def _key_metrics(report: dict):
     rows = _metric_rows(report)
     if not rows:
         return None
-    out = ["<p class=\"small muted\">rates in % with Wilson 95% intervals; coherence_mean is a 1-5 mean with a "
-           "bootstrap interval</p>"]
+    out = ["<p class=\"small muted\">rates in % with 95% intervals (each row's ci_method in the JSON report: Wilson "
+           "for shares of dialogues, cluster Wilson for shares of replies); coherence_mean is a 1-5 mean with a "
+           "bounded cluster Wilson interval</p>"]
     for suite in sorted({str(m.get("suite")) for m in rows}):
         groups: dict[tuple, list[dict]] = {}
         for m in rows:

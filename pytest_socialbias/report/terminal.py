@@ -197,8 +197,9 @@ def simulator_lines(records) -> list[str]:
                 f"{f' ({kinds})' if kinds else ''}; {total['retried']} turns retried, {total['failed']} failed")
         judged = total.get("judged")
         if judged:
-            line += (f"; judged check: {judged['passed']} of {judged['draws']} draws coherent and not revealing, "
-                     f"{judged['unreadable']} unreadable")
+            share = judged["passed"] / judged["draws"] if judged["draws"] else 0.0
+            line += (f"; judged check: {judged['passed']} of {judged['draws']} draws coherent and not revealing "
+                     f"({share:.1%}), {judged['unreadable']} unreadable")
         lines.append(line)
     return lines
 
