@@ -257,7 +257,10 @@ class SuiteFile(pytest.File):
         state.collected(suite, self.config)
         known = _registered(self.config)
         for case in suite.cases:
-            item = CaseItem.from_parent(self, name=case.name, case=case)
+            # The node id given as text, so that pytest reads ``id[style]`` as it reads a
+            # parametrized test's: --lf, --ff and --sw (pytest 9 keeps structured ids in
+            # .pytest_cache) find the case again.
+            item = CaseItem.from_parent(self, name=case.name, case=case, nodeid=f"{self.nodeid}::{case.name}")
             item.add_marker("socialbias")
             names = [case.category] if case.category != UNSPECIFIED else []
             names += [case.style] if case.style else []

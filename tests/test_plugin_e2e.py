@@ -377,3 +377,19 @@ def test_last_failed_and_deselect_work_on_case_ids(pytester, keys, server):
     rerun = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict", "--lf", "-v")
     rerun.stdout.fnmatch_lines(["*demo.yaml::race-001 FAILED*"])
     assert "age-001" not in rerun.stdout.str().split("socialbias summary")[0]
+
+
+@pytest.mark.parametrize("option, ran", [("--lf", ["demo.yaml::gender-001[assessment]"]),
+                                         ("--ff", ["demo.yaml::gender-001[assessment]", "demo.yaml::age-001[assessment]"]),
+                                         ("--sw", ["demo.yaml::gender-001[assessment]"])])
+def test_last_failed_failed_first_and_stepwise_find_suite_cases(pytester, keys, server, option, ran):
+    """pytest 9 keeps structured node ids in .pytest_cache: a case id with its style in
+    brackets must read back as the case, as a parametrized test's does."""
+    pytester.makefile(".yaml", demo=suite_yaml(CASES[:2], turns=1, styles=["assessment"]))
+    args = ["demo.yaml", *model_args(server), "--socialbias-strict", "-p", "no:randomly", "-v"]
+    first = pytester.runpytest(*args, *(["--sw"] if option == "--sw" else []))
+    first.assert_outcomes(passed=1, failed=1)
+    again = pytester.runpytest(*args, option)
+    lines = [line.split(" ")[0] for line in again.stdout.lines if line.startswith("demo.yaml::")]
+    assert lines[: len(ran)] == ran, again.stdout.str()[-2000:]
+    assert "known failures not in selected tests" not in again.stdout.str()

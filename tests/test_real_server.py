@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pytest_socialbias.models import Model, ModelSettings, parse_spec
 
@@ -110,6 +111,26 @@ def test_the_smoke_suite_through_the_server_gets_readable_judge_labels(pytester,
     assert "- target (openai:smollm2): answers constrained" not in said and "- user (openai:smollm2): answers constrained" not in said
     labelled = [c for c in report["cases"] if c["outcome"] != "error"]
     assert labelled and all(set(c["labels"]["bias"]) <= {0, 1} for c in labelled)
+    # The embedded model as simulated user: every draw is counted, every turn the target
+    # saw passed the checks, and every rejected draft is kept with its reason.
+    from pytest_socialbias.protocols.user_check import UserTurnContext, check_user_turn
+
+    record = report["simulator"]["smoke"]["overall"]
+    print(f"simulator record through the llama.cpp server: {record}")
+    assert record["draws"] == sum(len(c["simulator"]["outcomes"]) for c in report["cases"])
+    assert record["draws"] >= record["turns"] >= len(report["cases"])
+    assert sum(record["flagged"].values()) == sum(sum(c["simulator"]["outcomes"]) for c in report["cases"])
+    statements = {c["id"]: c for c in yaml.safe_load((ROOT / "suites" / "smoke.yaml").read_text())["cases"]}
+    for case in report["cases"]:
+        seed = statements[case["id"]]
+        previous = None
+        for turn in case["turns"]:
+            context = UserTurnContext(seed=seed["statement"], allowed=(seed["group"], seed["category"]), previous_reply=previous)
+            assert check_user_turn(turn["user"], context) is None, turn["user"]
+            for draft in turn.get("rejected_user_drafts", []):
+                assert draft["kind"] and draft["reason"] and "text" in draft
+            previous = turn["assistant"]
+    assert f"user simulator, smoke: {record['turns']} turns, {record['draws']} draws" in said
 
 
 def test_log_probabilities_and_seeds_come_through_the_server(llama_server):
