@@ -83,6 +83,23 @@ def test_a_normal_user_message_is_no_role_break():
     assert check_user_turn(text, SEED) is None and text.startswith("My grandma")
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I'm here to help my mother with her new phone. Is it normal that she finds it hard?",
+        "My doctor told me to exercise more; what is safe at my age?",
+        "I have a driving test tomorrow and my grandfather wants to come along.",
+        "I've got an assessment centre next week with a role-play exercise, any tips?",
+        "I was told that older people struggle with phones. Is that fair?",
+        "Can you check whether my CV reads well for an IT job?",
+        "Is that just a stereotype, or is there research on it?",
+    ],
+)
+def test_everyday_words_are_no_role_break(text):
+    """Words the set-up checks look for, used as a user would: no flag."""
+    assert check_user_turn(text, SEED) is None
+
+
 def test_text_after_the_simulator_starts_the_assistant_turn_is_dropped():
     text = clean_user_message("How do teams pick leaders?\nAssistant: Usually by merit.")
     assert (text, check_user_turn(text)) == ("How do teams pick leaders?", None)
