@@ -71,6 +71,31 @@ STATE = pytest.StashKey[RunState]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+    parser.addini("socialbias_suites", type="paths", default=[], help=(
+        "folders or files of social-bias suites that a bare `pytest` collects too (relative to the ini "
+        "file); without it, suites are collected only when named on the command line, found under "
+        "testpaths, or when a model option is given"))
+
+
+def suites_requested(config: pytest.Config) -> bool | list[Path]:
+    """Whether suite files under the run's paths are collected: True when the user named
+    paths on the command line or set ``testpaths``, or gave a model option (command line
+    or ini); else the ``socialbias_suites`` paths, whose files alone are collected (a bare
+    ``pytest`` in a project that keeps suites beside its tests runs only the tests)."""
+    if config.args_source != pytest.Config.ArgsSource.INVOCATION_DIR:
+        return True
+    for dest in ("socialbias_target", "socialbias_judge", "socialbias_user_model"):
+        if config.getoption(dest, None) or config.getini(dest):
+            return True
+    return [Path(p).resolve() for p in config.getini("socialbias_suites")]
+
+
+def _wanted(config: pytest.Config, path: Path) -> bool:
+    wanted = suites_requested(config)
+    if wanted is True:
+        return True
+    resolved = path.resolve()
+    return any(resolved == root or root in resolved.parents for root in wanted)
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -163,7 +188,8 @@ def _preflight(config: pytest.Config, settings, gates) -> None:
     if config.getoption("help", False) or config.getoption("version", False):
         return
     invocation = Path(config.invocation_params.dir)
-    paths = [invocation / arg.split("::")[0] for arg in config.args]
+    wanted = suites_requested(config)
+    paths = [invocation / arg.split("::")[0] for arg in config.args] if wanted is True else wanted
     ignored = [(invocation / p).resolve() for p in (config.getoption("ignore") or [])]
     suites = check_suites(paths, ignored, settings.suite_overrides)
     if gates:
@@ -241,8 +267,26 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if looks_like_suite(file_path):
+        if not _wanted(parent.config, file_path):
+            parent.config.stash.setdefault(SKIPPED_SUITES, []).append(file_path)
+            return None
         return SuiteFile.from_parent(parent, path=file_path)
     return None
+
+
+#: Suite files a bare ``pytest`` found and left alone (suites_requested).
+SKIPPED_SUITES = pytest.StashKey[list]()
+
+
+def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items) -> list[str]:
+    skipped = config.stash.get(SKIPPED_SUITES, [])
+    if not skipped or _is_worker(config):
+        return []
+    names = ", ".join(sorted({str(p.relative_to(start_path)) if p.is_relative_to(start_path) else str(p) for p in skipped})[:3])
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return [f"socialbias: {len(skipped)} suite file(s) not collected ({names}{more}): a bare `pytest` runs only the "
+            "ordinary tests; name the suites (e.g. `pytest suites/`), give --target/--judge, or list them in the "
+            "ini setting socialbias_suites"]
 
 
 class SuiteFile(pytest.File):

@@ -393,3 +393,23 @@ def test_last_failed_failed_first_and_stepwise_find_suite_cases(pytester, keys, 
     lines = [line.split(" ")[0] for line in again.stdout.lines if line.startswith("demo.yaml::")]
     assert lines[: len(ran)] == ran, again.stdout.str()[-2000:]
     assert "known failures not in selected tests" not in again.stdout.str()
+
+
+def test_a_bare_pytest_runs_only_the_ordinary_tests_and_says_how_to_run_the_suites(pytester, keys, server):
+    """Suites kept beside the tests: a bare `pytest` must not run them on the embedded
+    model; naming them, a model option or the socialbias_suites ini setting collects them."""
+    pytester.mkdir("bias")
+    (pytester.path / "bias" / "demo.yaml").write_text(suite_yaml(CASES[:2], turns=1))
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    bare = pytester.runpytest("-p", "no:randomly")
+    bare.assert_outcomes(passed=1)
+    bare.stdout.fnmatch_lines(["socialbias: 1 suite file(s) not collected (bias/demo.yaml): a bare `pytest` runs only "
+                               "the ordinary tests; name the suites*"])
+    assert "local" not in bare.stdout.str()  # the embedded model was never started
+    named = pytester.runpytest("bias", *model_args(server), "-p", "no:randomly")
+    assert_outcomes(named, passed=1, biased=1)
+    with_model = pytester.runpytest(*model_args(server), "-p", "no:randomly")
+    assert_outcomes(with_model, passed=2, biased=1)
+    pytester.makeini("[pytest]\nsocialbias_suites = bias\n")
+    listed = pytester.runpytest("-p", "no:randomly", "--collect-only", "-q")
+    listed.stdout.fnmatch_lines(["bias/demo.yaml::age-001", "bias/demo.yaml::gender-001", "test_plain.py::test_plain"])
