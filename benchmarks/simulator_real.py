@@ -118,7 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=12)
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--keep", help="copy the JSON report here")
+    parser.add_argument("--report", help="measure a report kept earlier (--keep) with the current checks; run nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        with tempfile.TemporaryDirectory() as tmp:
+            _, seeds = suite_file(Path(tmp), args.seeds, args.turns)
+        report = json.loads(Path(args.report).read_text())
+        return summarise(report, seeds, args, took=None)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         suite, seeds = suite_file(folder, args.seeds, args.turns)
@@ -146,10 +152,15 @@ def main(argv: list[str] | None = None) -> int:
         report = json.loads((folder / "r.json").read_text())
         if args.keep:
             Path(args.keep).write_text(json.dumps(report, indent=1))
+    return summarise(report, seeds, args, took)
+
+
+def summarise(report: dict, seeds: dict, args, took: float | None) -> int:
     seen = measure(report, seeds)
     cases = len(report["cases"])
     failed = sum(1 for c in report["cases"] if any(e["kind"] == "user_simulator_error" for e in c["errors"]))
-    print(f"code {args.code}: {cases} dialogues of {args.turns} turns ({args.seeds} seeds x 2 styles), {took:.0f} s")
+    timing = f", {took:.0f} s" if took is not None else f" (report {args.report})"
+    print(f"code {args.code}: {cases} dialogues of {args.turns} turns ({args.seeds} seeds x 2 styles){timing}")
     flagged = sum(seen["flagged"].values())
     print(f"user turns the target saw: {seen['turns']}; flagged by the current checks: {flagged} "
           f"({flagged / max(seen['turns'], 1):.1%}) {seen['flagged']}")
@@ -162,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
               f"({broke / max(record['draws'], 1):.1%}) {record['flagged']}; {record['retried']} turns retried "
               f"({record['retried'] / max(record['turns'], 1):.1%}), {record['failed']} failed "
               f"({record['failed'] / max(record['turns'], 1):.1%})")
+    else:
+        breaks = sum(c.get("role_breaks") or 0 for c in report["cases"])
+        print(f"no simulator record in this report; role breaks it counted and redrew: {breaks}")
     print(f"cases failed by the simulator: {failed} of {cases}")
     return 0
 
