@@ -7,6 +7,8 @@ way: the file, the line, the place inside the document, what was expected.
 
 from __future__ import annotations
 
+import difflib
+
 import json
 import os
 import re
@@ -72,19 +74,48 @@ def path_text(path) -> str:
     return out or "(top level)"
 
 
+#: How many schema problems one error message lists (the rest are counted).
+MAX_PROBLEMS = 10
+
+
 def validate(data, schema_name: str, source: str, root_node=None) -> None:
-    """Validate ``data``; raise ConfigError naming file, line, path and the expectation."""
+    """Validate ``data``; raise ConfigError naming file, line, path and the expectation of
+    the most relevant problem, then every other one (up to MAX_PROBLEMS), each on its own
+    line; an unknown key gets the nearest known one ("did you mean")."""
     validator = jsonschema.Draft202012Validator(load_schema(schema_name))
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if not errors:
         return
     first = jsonschema.exceptions.best_match(errors)
-    line = yaml_line(root_node, list(first.absolute_path))
-    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    # A pattern says little to a reader: the schema's own description says what is meant.
-    hint = first.schema.get("description") if first.validator == "pattern" and isinstance(first.schema, dict) else None
-    hint = f" ({hint})" if hint else ""
-    raise ConfigError(f"{source}:{line}: at {path_text(first.absolute_path)}: {first.message}{hint}{more}")
+    rest = [e for e in errors if e is not first]
+
+    def said(error) -> str:
+        line = yaml_line(root_node, list(error.absolute_path))
+        return f"{source}:{line}: at {path_text(error.absolute_path)}: {error.message}{_hint(error)}"
+
+    message = said(first)
+    if rest:
+        shown = rest[: MAX_PROBLEMS - 1]
+        left = len(rest) - len(shown)
+        message += f"\n  and {len(rest)} more problem(s):" + "".join(f"\n  {said(e)}" for e in shown)
+        if left:
+            message += f"\n  ... and {left} more"
+    raise ConfigError(message)
+
+
+def _hint(error) -> str:
+    """What helps a reader more than the schema's wording: a pattern's description, the
+    known key nearest an unknown one."""
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "pattern" and schema.get("description"):
+        return f" ({schema['description']})"
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = list(schema.get("properties") or {})
+        unknown = [k for k in error.instance if k not in known]
+        guesses = [f"{match[0]!r} for {k!r}" for k in unknown if (match := difflib.get_close_matches(str(k), known, n=1))]
+        if guesses:
+            return f" (did you mean {', '.join(guesses)}?)"
+    return ""
 
 
 def first_problem(validator: jsonschema.protocols.Validator, data) -> str | None:

@@ -235,6 +235,21 @@ cases:
     message = load_error(path)
     assert_located(message, path, 1)
     assert "'turn'" in message
+    assert "(did you mean 'turns' for 'turn'?)" in message
+
+
+def test_every_schema_problem_is_listed_with_its_line(tmp_path):
+    """A misspelt field in every case: each case's problem on its own line (up to ten),
+    with the field's likely name, where one line said "(and 11 more problem(s))"."""
+    cases = "".join(f"  - id: c{i}\n    category: age\n    group: g\n    statment: s.\n" for i in range(6))
+    path = write(tmp_path, HEADER + "cases:\n" + cases)
+    message = load_error(path)
+    lines = message.splitlines()
+    assert "and 11 more problem(s):" in lines[1]
+    assert len(lines) == 2 + 9 + 1 and lines[-1].strip() == "... and 2 more"
+    for line in lines[2:-1]:
+        assert line.startswith(f"  {path}:") and "at cases[" in line
+    assert sum("(did you mean 'statement' for 'statment'?)" in line for line in lines) >= 4
 
 
 def test_duplicate_id(tmp_path):
