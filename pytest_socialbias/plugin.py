@@ -276,15 +276,21 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 
 #: Suite files a bare ``pytest`` found and left alone (suites_requested).
 SKIPPED_SUITES = pytest.StashKey[list]()
+#: Suite files that gave no case, with their loaders' notes (why).
+EMPTY_SUITES = pytest.StashKey[list]()
 
 
 def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items) -> list[str]:
-    skipped = config.stash.get(SKIPPED_SUITES, [])
-    if not skipped or _is_worker(config):
+    if _is_worker(config):
         return []
+    lines = [f"socialbias: {path}: " + ("; ".join(notes) if notes else "no cases (its selection is empty)")
+             for path, notes in config.stash.get(EMPTY_SUITES, [])]
+    skipped = config.stash.get(SKIPPED_SUITES, [])
+    if not skipped:
+        return lines
     names = ", ".join(sorted({str(p.relative_to(start_path)) if p.is_relative_to(start_path) else str(p) for p in skipped})[:3])
     more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
-    return [f"socialbias: {len(skipped)} suite file(s) not collected ({names}{more}): a bare `pytest` runs only the "
+    return lines + [f"socialbias: {len(skipped)} suite file(s) not collected ({names}{more}): a bare `pytest` runs only the "
             "ordinary tests; name the suites (e.g. `pytest suites/`), give --target/--judge, or list them in the "
             "ini setting socialbias_suites"]
 
@@ -299,6 +305,8 @@ class SuiteFile(pytest.File):
         except ConfigError as exc:
             raise self.CollectError(str(exc)) from None
         state.collected(suite, self.config)
+        if not suite.cases:
+            self.config.stash.setdefault(EMPTY_SUITES, []).append((self.path, suite.notes))
         known = _registered(self.config)
         for case in suite.cases:
             # The node id given as text, so that pytest reads ``id[style]`` as it reads a

@@ -110,6 +110,10 @@ def test_fairmt_suite_collects_nothing_without_the_option(pytester, keys, server
     pytester.makepyfile("def test_other():\n    pass\n")
     result = pytester.runpytest(*model_args(server))
     result.assert_outcomes(passed=1)
+    # Named alone, it says why it has no case instead of a bare "no tests ran".
+    alone = pytester.runpytest("demo.yaml", *model_args(server))
+    alone.stdout.fnmatch_lines(["socialbias: *demo.yaml: suite fairmt has no cases: it reads the official FairMT-Bench "
+                                "release files, which are not shipped; pass --socialbias-fairmt-dir=DIR*"])
 
 
 def test_judge_equal_to_target_warns(pytester, keys, server):

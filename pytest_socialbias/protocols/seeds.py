@@ -119,7 +119,8 @@ def _fairmt_cases(suite: str, fairmt_dir, data: dict) -> tuple[list, list]:
     release (and for 10K one subset), the suite's tracks and categories; and notes saying
     which were run and what the lenient loader skipped."""
     if fairmt_dir is None:
-        return [], []
+        return [], [f"suite {suite} has no cases: it reads the official FairMT-Bench release files, which are not "
+                    "shipped; pass --socialbias-fairmt-dir=DIR (the folder holding FairMT_1K/ or FairMT_10K/)"]
     from ..fairmt import load_fairmt
 
     result = load_fairmt(Path(fairmt_dir))
