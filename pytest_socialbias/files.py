@@ -23,7 +23,9 @@ import yaml
 from .errors import ConfigError
 
 #: A YAML file is a suite when its top level has this key (``socialbias: 1``).
-_SUITE_MARKER = re.compile(r"^socialbias\s*:", re.MULTILINE)
+# ``socialbias:`` at the start of a line, also as the first key of a flow-style mapping
+# (``{socialbias: 1, ...}``) or quoted (``"socialbias": 1``).
+_SUITE_MARKER = re.compile(r"^(?:\{\s*)?[\"']?socialbias[\"']?\s*:", re.MULTILINE)
 
 
 @lru_cache(maxsize=None)

@@ -363,6 +363,9 @@ def test_looks_like_suite(tmp_path):
     assert looks_like_suite(write(tmp_path, VALID, "a.yaml"))
     assert looks_like_suite(write(tmp_path, "# comment\nsocialbias: 1\n", "b.yml"))
     assert looks_like_suite(write(tmp_path, "other: 1\nsocialbias : 1\n", "c.yaml"))
+    # Flow style and quoted keys are suites too (they were silently skipped).
+    assert looks_like_suite(write(tmp_path, "{socialbias: 1, suite: s, protocol: smoke}\n", "flow.yaml"))
+    assert looks_like_suite(write(tmp_path, '"socialbias": 1\nsuite: s\n', "quoted.yaml"))
 
 
 def test_does_not_look_like_suite(tmp_path):
