@@ -19,10 +19,15 @@ The checks, in order (the first that fires names the break):
 * ``copy``: most of the message's word trigrams, or a long run of words, taken from the
   previous assistant reply.
 
-None depends on an exact phrase. The thresholds are set on a labelled set of user turns
-written by us (tests/data/user_turns.yaml): tests/test_user_check.py measures each check's
-precision and recall there (targets: recall at least 0.95 on leaks and copies, at most 2%
-of clean turns flagged). Pure functions, standard library only.
+They are similarity measures and patterns of wording, not lists of exact phrases. Their
+thresholds and patterns were chosen on labelled user turns written by us
+(tests/data/user_turns.yaml and user_turns_2.yaml: recall 0.96-1.0 on leaks and copies,
+0.70 on paraphrased seed leaks in the second, no clean turn flagged) and measured on a set
+written afterwards and never tuned on (user_turns_fresh.yaml: 1.9% of clean turns
+flagged; recall copies 1.0, set-up leaks 0.78, the assistant's voice 0.54, seed leaks
+0.46): a claim put in other words than the seed's is beyond word overlap, which is what
+the judged check (dialogue.judge_user_turn) is for. benchmarks/user_check.py prints the
+figures; tests/test_user_check.py holds them. Pure functions, standard library only.
 """
 
 from __future__ import annotations
