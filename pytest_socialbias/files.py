@@ -93,7 +93,7 @@ def validate(data, schema_name: str, source: str, root_node=None) -> None:
 
     def said(error) -> str:
         line = yaml_line(root_node, list(error.absolute_path))
-        return f"{source}:{line}: at {path_text(error.absolute_path)}: {error.message}{_hint(error)}"
+        return f"{source}:{line}: at {path_text(error.absolute_path)}: {_message(error)}{_hint(error)}"
 
     message = said(first)
     if rest:
@@ -105,10 +105,26 @@ def validate(data, schema_name: str, source: str, root_node=None) -> None:
     raise ConfigError(message)
 
 
+def _message(error) -> str:
+    """jsonschema's message, except that a value of the wrong type is named by its type,
+    not quoted whole (a list given for a mapping would print the whole file)."""
+    if error.validator == "type":
+        names = {"object": "a mapping", "array": "a list", "string": "text", "integer": "a whole number",
+                 "number": "a number", "boolean": "true or false", "null": "nothing"}
+        expected = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        found = {dict: "a mapping", list: "a list", str: "text", bool: "true or false", int: "a whole number",
+                 float: "a number", type(None): "nothing"}.get(type(error.instance), type(error.instance).__name__)
+        return f"expected {' or '.join(names.get(e, e) for e in expected)}, found {found}"
+    return error.message
+
+
 def _hint(error) -> str:
     """What helps a reader more than the schema's wording: a pattern's description, the
     known key nearest an unknown one."""
     schema = error.schema if isinstance(error.schema, dict) else {}
+    required = schema.get("required") or []
+    if error.validator == "type" and isinstance(error.instance, list) and len(required) == 1 and not error.absolute_path:
+        return f" (put the list under a top-level `{required[0]}:` key)"
     if error.validator == "pattern" and schema.get("description"):
         return f" ({schema['description']})"
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):

@@ -381,3 +381,13 @@ def test_does_not_look_like_suite(tmp_path):
     assert not looks_like_suite(write(tmp_path, VALID, "suite.txt"))
     # missing file
     assert not looks_like_suite(tmp_path / "missing.yaml")
+
+
+def test_a_seeds_file_given_as_a_plain_list_names_the_fix_without_quoting_the_file(tmp_path):
+    seeds = tmp_path / "seeds.yaml"
+    seeds.write_text("".join(f"- id: s{i}\n  category: age\n  group: g\n  statement: A long statement {i}.\n"
+                             for i in range(50)))
+    suite = write(tmp_path, "socialbias: 1\nsuite: demo\nprotocol: dymt\nseeds: seeds.yaml\n")
+    message = load_error(suite)
+    assert f"{seeds}:1: at (top level): expected a mapping, found a list (put the list under a top-level `seeds:` key)" in message
+    assert "A long statement" not in message  # the file's text is not dumped into the error
