@@ -197,6 +197,8 @@ def test_openai_request_log_contents() -> None:
         {"role": "user", "content": "Go on."},
     ]
     assert req.last_user == "Go on."
+    assert req.system_text == "Be fair."
+    assert FakeRequest(0, "anthropic", "/", "m", [], "Top.", {}, {}, {}).system_text == "Top."
     assert req.params == {"temperature": 0.7, "seed": 42, "max_tokens": 33, "top_p": 0.9, "stop": ["\n\n"]}
     assert req.headers["authorization"] == "Bearer sk-test"
     assert req.body["model"] == "gpt-4o-mini" and len(req.body["messages"]) == 4

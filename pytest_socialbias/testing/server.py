@@ -135,6 +135,13 @@ class FakeRequest:
         return ENDPOINT_CHECK_TEXT in self.prompt_text
 
     @property
+    def system_text(self) -> str:
+        """The system prompt, however the wire format carried it: OpenAI ``system``
+        messages and Anthropic's top-level ``system``, joined by newlines."""
+        parts = [m.get("content", "") for m in self.messages if m.get("role") == "system"]
+        return "\n".join(parts + ([self.system] if self.system else []))
+
+    @property
     def prompt_text(self) -> str:
         """System prompt plus every message text, space-separated."""
         parts = [self.system] if self.system else []
