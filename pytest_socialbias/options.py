@@ -308,19 +308,48 @@ class Settings:
         )
 
 
+#: ``pytest --help`` shows the options in these groups, in this order (task by task).
+HELP_GROUPS = (
+    ("socialbias", "social-bias release gates (pytest-socialbias): models",
+     ("--target", "--judge", "--user-model", "--socialbias-system-prompt", "--socialbias-simulator-check")),
+    ("socialbias-run", "social-bias: running the cases",
+     ("--socialbias-record", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
+      "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample")),
+    ("socialbias-decision", "social-bias: the release decision",
+     ("--socialbias-thresholds", "--socialbias-baseline", "--socialbias-strict", "--socialbias-snapshot-max-flips",
+      "--socialbias-judge-check")),
+    ("socialbias-reports", "social-bias: reports", ("--socialbias-report", "--socialbias-html")),
+    ("socialbias-guards", "social-bias: guard models",
+     ("--socialbias-guard", "--socialbias-guard-kind", "--socialbias-guard-risk", "--socialbias-guard-policy",
+      "--socialbias-guard-unit")),
+    ("socialbias-protocols", "social-bias: BenevDial and FairMT",
+     ("--socialbias-guidance", "--socialbias-judge-demographics", "--socialbias-demographic-flips",
+      "--socialbias-dialogues", "--socialbias-fairmt-dir")),
+    ("socialbias-local", "social-bias: local models and started servers",
+     ("--socialbias-gpus", "--socialbias-threads", "--socialbias-server-timeout")),
+)
+
+
 def add_options(parser) -> None:
-    """Register every option in pytest's ``socialbias`` group, and its ini setting."""
-    group = parser.getgroup("socialbias", "social-bias release gates (pytest-socialbias)")
-    for option in OPTIONS:
-        if option.kind == "flag":
-            group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
-            if option.ini:
-                parser.addini(option.dest, type="bool", default=None, help=f"as {option.flag}")
-            continue
-        extra = {"action": "append"} if option.kind == "append" else {}
-        group.addoption(option.flag, dest=option.dest, default=None, help=option.help, metavar=option.metavar, **extra)
+    """Register every option in its ``pytest --help`` group (HELP_GROUPS), and its ini
+    setting."""
+    by_flag = {option.flag: option for option in OPTIONS}
+    for name, description, flags in HELP_GROUPS:
+        group = parser.getgroup(name, description)
+        for flag in flags:
+            _add_option(parser, group, by_flag[flag])
+
+
+def _add_option(parser, group, option: Option) -> None:
+    if option.kind == "flag":
+        group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
         if option.ini:
-            parser.addini(option.dest, help=option.help, default=option.default)
+            parser.addini(option.dest, type="bool", default=None, help=f"as {option.flag}")
+        return
+    extra = {"action": "append"} if option.kind == "append" else {}
+    group.addoption(option.flag, dest=option.dest, default=None, help=option.help, metavar=option.metavar, **extra)
+    if option.ini:
+        parser.addini(option.dest, help=option.help, default=option.default)
 
 
 def read_settings(config) -> Settings:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_socialbias.options import OPTIONS, Settings
+from pytest_socialbias.options import HELP_GROUPS, OPTIONS, Settings
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 
@@ -36,6 +36,17 @@ def test_help_shows_every_option_with_its_metavar(pytester):
         assert re.search(re.escape(shown) + r"\b", text), shown
         if option.ini:
             assert option.dest in text  # the ini-options section
+
+
+def test_help_groups_hold_every_option_once_in_task_order(pytester):
+    grouped = [flag for _, _, flags in HELP_GROUPS for flag in flags]
+    assert sorted(grouped) == sorted(o.flag for o in OPTIONS) and len(grouped) == len(set(grouped))
+    text = pytester.runpytest("--help").stdout.str()
+    headings = [text.index(f"{description}:") for _, description, _ in HELP_GROUPS]
+    assert headings == sorted(headings)  # groups in order: models first, local models last
+    for (_, _, flags), start, end in zip(HELP_GROUPS, headings, headings[1:] + [len(text)]):
+        for flag in flags:
+            assert f"  {flag}" in text[start:end], (flag, text[start:end][:300])
 
 
 def test_choices_errors_name_the_option_and_every_choice(pytester):
