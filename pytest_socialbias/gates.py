@@ -50,6 +50,7 @@ class Gate:
     alpha: float = 0.05
     by: str | None = None
     allow_empty: bool = False  # no evidence: not evaluated instead of failed
+    description: str | None = None  # why the bound is where it is (the thresholds file's words)
 
     def fails(self, number: float) -> bool:
         return number > self.bound if self.kind == "max" else number < self.bound
@@ -132,6 +133,7 @@ def load_gates(path: str | Path) -> list[Gate]:
                 alpha=float(raw.get("alpha", 0.05)),
                 by=raw.get("by"),
                 allow_empty=bool(raw.get("allow_empty", False)),
+                description=raw.get("description"),
             )
         )
     return gates
@@ -267,6 +269,7 @@ def _gate_row(gate: Gate, compare: str) -> dict:
         "n": 0,
         "verdict": NOT_EVALUATED,
         "detail": None,
+        "description": gate.description,
     }
 
 

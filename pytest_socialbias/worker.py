@@ -141,6 +141,7 @@ async def run_case(case, roles) -> dict:
         "protocol": case.protocol,
         "category": case.category,
         "group": case.group,
+        "statement": case.statement or None,
         "style": case.style,
         "turns_planned": case.turns,
         "suite_sha256": case.suite_sha256,

@@ -50,7 +50,8 @@ gates:
 def test_load_valid_file(tmp_path):
     gates = load_gates(write(tmp_path, VALID))
     assert gates == [
-        Gate("smoke-cumulative-bias", "smoke", "cumulative_bias@2", 0.5, "max", "ci_high", None, None),
+        Gate("smoke-cumulative-bias", "smoke", "cumulative_bias@2", 0.5, "max", "ci_high", None, None,
+             description="at most half"),
         Gate("refusals-age", "smoke", "refusal_rate", 0.1, "min", "point", "age", "implicit"),
         Gate("judge-errors", "smoke", "judge_error_rate", 0.0, "max", "point", None, None),
     ]
@@ -317,8 +318,8 @@ def row(metric="refusal_rate", value=0.2, low=0.1, high=0.3, n=50, suite="s", ca
     }
 
 
-def gate(kind="max", bound=0.25, compare="point", metric="refusal_rate", category=None, style=None):
-    return Gate("g", "s", metric, bound, kind, compare, category, style)
+def gate(kind="max", bound=0.25, compare="point", metric="refusal_rate", category=None, style=None, description=None):
+    return Gate("g", "s", metric, bound, kind, compare, category, style, description=description)
 
 
 @pytest.mark.parametrize(
@@ -366,7 +367,11 @@ def test_evaluate_result_fields():
         "n": 50,
         "verdict": PASS,
         "detail": None,
+        "description": None,
     }
+    # The thresholds file's description travels with the verdict (JSON and HTML reports).
+    [described] = evaluate([gate(description="why this bound")], [row()])
+    assert described["description"] == "why this bound"
 
 
 def test_a_gate_of_a_suite_that_ran_fails_when_its_metric_is_absent():

@@ -298,6 +298,19 @@ def test_failed_gates_are_marked(no_matplotlib):
     assert re.fullmatch(r"\d+\.\d% \[\d+\.\d, \d+\.\d\]", value), value
 
 
+def test_gate_descriptions_the_thresholds_file_and_the_probed_stereotype_are_shown(no_matplotlib):
+    report = make_report()
+    report["gates"][1]["description"] = "no biased dialogue <b>at all</b>"
+    report["summary"]["gates_file"] = "/repo/thresholds.yaml"
+    report["cases"][0]["statement"] = "Test statement about a <group>."
+    tree = parse(render_html(report))
+    strict = next(tr for name, tr in _gate_rows(tree).items() if name.startswith("dymt-strict"))
+    assert "no biased dialogue <b>at all</b>" in text_of(strict)
+    assert "thresholds file: /repo/thresholds.yaml" in text_of(tree.find(".//section[@id='gates']"))
+    shown = [text_of(d) for d in tree.findall(".//section[@id='cases']//details[@class='case']")]
+    assert sum("stereotype probed (test data): Test statement about a <group>." in t for t in shown) == 1
+
+
 def test_optional_sections_only_when_present(no_matplotlib):
     plain = parse(render_html(make_report()))
     for section in ("comparison", "judge", "snapshots"):
@@ -357,16 +370,19 @@ def test_judge_agreement_coefficients_are_not_percentages(no_matplotlib):
 def test_case_rows_carry_bias_string_and_transcript(no_matplotlib):
     report = make_report()
     tree = parse(render_html(report))
-    cases = tree.findall(".//section[@id='cases']//details")
+    cases = tree.findall(".//section[@id='cases']//details[@class='case']")
     assert len(cases) == len(report["cases"])
-    for details, case in zip(cases, report["cases"]):
+    # Errors first, then biased, refused and clean cases: what needs a look comes first.
+    rank = {"error": 0, "biased": 1, "refused": 2, "clean": 3}
+    ordered = sorted(report["cases"], key=lambda c: (rank[c["outcome"]], c["suite"], c["id"], str(c["style"])))
+    for details, case in zip(cases, ordered):
         spans = [text_of(s) for s in details.find("summary").findall("span")]
         expected = "".join("?" if x is None else str(x) for x in case["labels"]["bias"])
         assert spans[0] == case["id"] and spans[5] == expected
-    errored = next(d for d, c in zip(cases, report["cases"]) if c["errors"])
+    errored = next(d for d, c in zip(cases, ordered) if c["errors"])
     assert "judge_error: turn 2: <b>unparseable</b> verdict" in text_of(errored.find("summary"))
     assert "bias ?" in text_of(errored)
     first = cases[0]
     turns = first.findall(".//div[@class='t']")
-    assert len(turns) == len(report["cases"][0]["turns"])
-    assert text_of(turns[0].find("p[@class='u']")) == "user" + report["cases"][0]["turns"][0]["user"]
+    assert len(turns) == len(ordered[0]["turns"])
+    assert text_of(turns[0].find("p[@class='u']")) == "user" + ordered[0]["turns"][0]["user"]

@@ -292,6 +292,9 @@ def _gates(report: dict):
     decided = [g for g in ranked if g.get("verdict") != "not_evaluated"]
     idle = [g for g in ranked if g.get("verdict") == "not_evaluated"]
     head = f"<p><b>{failed} failed</b> of {len(gates)} gates</p>" if failed else f"<p>no gate failed ({len(gates)} gates)</p>"
+    gates_file = (report.get("summary") or {}).get("gates_file")
+    if gates_file:
+        head += f"<p class=\"small muted\">thresholds file: <code>{_text(gates_file)}</code></p>"
     header = ["gate", "scope", "metric", "value [95% CI]", "bound", "n", "verdict"]
     body = head + (_table(header, _gate_rows(decided), right={5}) if decided else "")
     if idle:
@@ -319,6 +322,8 @@ def _gate_rows(gates: list[dict]) -> list:
             value = _value_ci(g.get("value"), g.get("ci_low"), g.get("ci_high"), metric)
             bound = f"{_text(g.get('kind'))} {_number(g.get('bound'), metric)}" + ("" if compare == "point" else f" ({_text(compare)})")
         name = _text(g.get("gate"))
+        if g.get("description"):
+            name += f"<br><span class=\"small\">{_text(g['description'])}</span>"
         if g.get("detail"):
             name += f"<br><span class=\"small muted\">{_text(g['detail'])}</span>"
         rows.append(("fail" if verdict == "fail" else "", [
@@ -603,6 +608,8 @@ def _transcript(case: dict) -> str:
     labels = case.get("labels") or {}
     turns = case.get("turns") or []
     meta = [f"group: {_text(case.get('group'))}", f"protocol: {_text(case.get('protocol'))}"]
+    if case.get("statement"):
+        meta.insert(1, f"stereotype probed (test data): <q>{_text(case['statement'])}</q>")
     planned = case.get("turns_planned")
     meta.append(f"{len(turns)} turns" + (f" of {_text(planned)} planned" if planned else ""))
     simulator = case.get("simulator")
@@ -689,6 +696,10 @@ def _cases(report: dict):
         "<div class=\"cases\"><div class=\"row\"><span>id</span><span>suite</span><span>category</span>"
         "<span>style</span><span>outcome</span><span>bias by turn</span><span>errors</span></div>",
     ]
+    # What needs a look first: errors, then biased, refused, clean cases.
+    rank = {"error": 0, "biased": 1, "refused": 2, "clean": 3}
+    cases = sorted(cases, key=lambda c: (rank.get(c.get("outcome"), 4), str(c.get("suite")), str(c.get("id")),
+                                         str(c.get("style"))))
     for case in cases:
         outcome = _text(case.get("outcome"))
         errors = "; ".join(

@@ -17,7 +17,7 @@ REPORT_FORMAT = 1
 #: Record fields that go into the report's ``cases`` (``usage`` counts cache hits, which
 #: differ between a first and a replayed run, so it stays in the terminal summary only).
 CASE_FIELDS = (
-    "id", "suite", "protocol", "category", "group", "style", "outcome", "labels", "errors", "turns",
+    "id", "suite", "protocol", "category", "group", "statement", "style", "outcome", "labels", "errors", "turns",
     "turns_planned", "role_breaks", "simulator", "guard",
 )
 
