@@ -68,6 +68,7 @@ def test_update_then_replay_shows_no_diff(project, flip_server):
     assert "'bias': '11'" in text and "'outcome': 'biased'" in text  # gender-001
     assert "'cumulative_bias@2': '16.7% (n=6)'" in text
     result.stdout.fnmatch_lines(["*snapshots: 7 written or updated*"])
+    assert "Can not relate snapshot" not in result.stdout.str()  # syrupy's 7 UserWarnings before
 
     requests = len(flip_server.requests)
     result, report = run(project, flip_server)
