@@ -90,8 +90,14 @@ def suites_requested(config: pytest.Config) -> bool | list[Path]:
     return [Path(p).resolve() for p in config.getini("socialbias_suites")]
 
 
+#: suites_requested's answer, decided once per run (it reads options and ini settings).
+SUITES_REQUESTED = pytest.StashKey[object]()
+
+
 def _wanted(config: pytest.Config, path: Path) -> bool:
-    wanted = suites_requested(config)
+    if SUITES_REQUESTED not in config.stash:
+        config.stash[SUITES_REQUESTED] = suites_requested(config)
+    wanted = config.stash[SUITES_REQUESTED]
     if wanted is True:
         return True
     resolved = path.resolve()

@@ -61,13 +61,6 @@ def agent_class(cls: str):
     return value
 
 
-def unit_simulator_breaks(unit: dict) -> list[float] | None:
-    """The simulated person's draws, 1 for each that broke role (agent mode); None where
-    no simulator wrote the dialogue."""
-    simulator = unit.get("simulator")
-    return None if not simulator else [float(x) for x in simulator.get("outcomes", [])]
-
-
 def unit_error(unit: dict) -> int:
     return int(unit["error"])
 

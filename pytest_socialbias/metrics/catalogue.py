@@ -282,7 +282,7 @@ add(Metric("judge_error_rate", "classes", DIALOGUE_RATE, HIGHER, "share of dialo
 add(Metric("simulator_break_rate", "classes", REPLY_RATE, HIGHER,
            "share of the simulated person's draws that broke role (revealed the set-up, copied the agent, spoke as "
            "the agent) and were drawn again",
-           value=benevdial.unit_simulator_breaks, paired=_case(dialogue.simulator_breaks), when=_has_simulator, key=True))
+           value=dialogue.simulator_breaks, paired=_case(dialogue.simulator_breaks), when=_has_simulator, key=True))
 
 # ---- BenevDial counterfactual pairs: one unit per pair.
 

@@ -176,7 +176,8 @@ def refusals(record: dict) -> list[float] | None:
 def simulator_breaks(record: dict) -> list[float] | None:
     """The simulated user's draws in this dialogue, 1 for each that broke role (every case
     that drew a user turn counts, errored ones too: a turn whose every draw broke role is
-    the simulator's failure); None for scripted dialogues."""
+    the simulator's failure); None for scripted dialogues. A BenevDial class unit carries
+    its record's ``simulator`` too, so the same function serves both families."""
     simulator = record.get("simulator")
     if not simulator:
         return None
