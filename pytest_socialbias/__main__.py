@@ -90,6 +90,18 @@ def _cache_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _init_configure(parser: argparse.ArgumentParser) -> None:
+    from .starter import add_arguments
+
+    add_arguments(parser)
+
+
+def _init_run(args: argparse.Namespace) -> int:
+    from .starter import run
+
+    return run(args)
+
+
 def _markers_configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FILE", help="dialogue JSONL file (docs/dialogues-format.md); class optional")
     parser.add_argument("--json", type=Path, metavar="PATH", dest="json_path", help="also write the table as JSON to PATH")
@@ -118,6 +130,12 @@ def _quality_run(args: argparse.Namespace) -> int:
 
 
 SUBCOMMANDS: dict[str, Subcommand] = {
+    "init": Subcommand(
+        help="write a starter project: the shipped suites (or --suite NAME ...), a thresholds.yaml with "
+        "only their gates, pytest.ini, the CI pipelines with this version pinned, a README stub",
+        configure=_init_configure,
+        run=_init_run,
+    ),
     "generate-benevdial": Subcommand(
         help="generate labelled BenevDial dialogues (N, OB, BB) with generator models",
         configure=_generate_configure,

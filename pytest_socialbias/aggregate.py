@@ -37,6 +37,7 @@ class Aggregator:
         self.models = models
         self.gates = gates
         self.gates_file = gates_file  # the thresholds file read, None when none was found
+        self.skipped_gates: list[Gate] = []  # of suites the project lacks (--socialbias-gates-for=present)
         self.partial = False  # set when the run stopped early (-x, --maxfail)
         self.records: list[dict] = []
         self.notes: list[str] = []

@@ -28,6 +28,10 @@ from pathlib import Path
 from .errors import CacheError, ConfigError
 
 RECORD_MODES = ("none", "new", "all", "off")
+#: ``older:AGE``: like ``new``, and also asks again what an earlier run recorded more than
+#: AGE ago (a model updated behind the same name is measured again on a schedule).
+OLDER = "older"
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 CACHE_FILE = "calls.sqlite3"
 #: 2: keys hash the asked request, the sent one and the run that recorded it are columns
 #: of their own (1: keys hashed the request as sent, adaptations included).
@@ -39,6 +43,24 @@ BUSY_TIMEOUT_MS = 60_000
 
 def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_record_mode(raw: str) -> tuple[str, float | None]:
+    """``(mode, max_age_seconds)`` of a record mode: one of RECORD_MODES (no age), or
+    ``older:AGE`` with AGE a whole number and a unit s, m, h, d or w (``older:7d``).
+    ValueError, saying what is expected, otherwise."""
+    raw = str(raw).strip()
+    if raw in RECORD_MODES:
+        return raw, None
+    expected = (f"expected one of {', '.join(RECORD_MODES)}, or {OLDER}:AGE to also ask again what was recorded "
+                "more than AGE ago (e.g. older:7d; units s, m, h, d, w)")
+    name, _, age = raw.partition(":")
+    if name != OLDER:
+        raise ValueError(expected)
+    number, unit = age[:-1], age[-1:]
+    if not number.isdigit() or unit not in AGE_UNITS or int(number) == 0:
+        raise ValueError(f"the age {age!r} is not a whole number > 0 followed by s, m, h, d or w; " + expected)
+    return OLDER, int(number) * AGE_UNITS[unit]
 
 
 def cache_key(request: dict) -> str:
@@ -53,9 +75,11 @@ class CallCache:
         """Open (or create) the cache of ``directory`` for ``mode``; ``verify``: run
         sqlite's quick check first, so a damaged file is a usage error before any work.
         ConfigError, saying what to do, when it cannot be used."""
-        if mode not in RECORD_MODES or mode == "off":
-            raise ValueError(f"CallCache needs a record mode in none/new/all, got {mode!r}")
-        self.mode = mode
+        self.mode, max_age = parse_record_mode(mode)
+        if self.mode == "off":
+            raise ValueError(f"CallCache needs a record mode in none/new/all/older:AGE, got {mode!r}")
+        #: ``older:AGE``: rows an earlier run recorded before this time are asked again.
+        self.stale_before = time.time() - max_age if max_age is not None else None
         #: The run writing (shared by its xdist workers): ``all`` re-records what earlier
         #: runs recorded, and reuses what this run did.
         self.run = run or uuid.uuid4().hex
@@ -140,15 +164,20 @@ class CallCache:
         """The recorded answer to ``key``, or None to ask it (again). A replay returns
         every recorded answer; ``new`` asks again an answer marked unreadable by an
         earlier run (``unreadable``), at most MAX_REASKS times in all; ``all`` asks every
-        request again, once per run."""
+        request again, once per run; ``older:AGE`` is ``new`` that also asks again, once,
+        what an earlier run recorded more than AGE before this run began."""
         if self.mode == "all":  # re-record what earlier runs recorded, once in this run
             row = self._execute("SELECT response FROM calls WHERE key = ? AND run = ?", (key, self.run)).fetchone()
             return json.loads(row[0]) if row else None
-        row = self._execute("SELECT response, unreadable, asked, run FROM calls WHERE key = ?", (key,)).fetchone()
+        row = self._execute(
+            "SELECT response, unreadable, asked, run, created FROM calls WHERE key = ?", (key,)
+        ).fetchone()
         if row is None:
             return None
-        response, unreadable, asked, run = row
-        if self.mode == "new" and unreadable and asked < MAX_REASKS and run != self.run:
+        response, unreadable, asked, run, created = row
+        if self.mode in ("new", OLDER) and unreadable and asked < MAX_REASKS and run != self.run:
+            return None
+        if self.mode == OLDER and created < self.stale_before and run != self.run:
             return None
         return json.loads(response)
 
@@ -162,12 +191,20 @@ class CallCache:
     def put(self, key: str, role: str, request: dict, response: dict, sent: dict | None = None) -> None:
         """Keep ``response`` under ``key`` (the sha256 of ``request``, the asked request);
         ``sent``: the request as it went over the wire, where it differs."""
-        # New rows are inserted; a row asked again because its answer was unreadable gets
-        # the new answer (and counts the asking); any other row stays as it was recorded.
+        # New rows are inserted; a row asked again because its answer was unreadable (or,
+        # with older:AGE, was too old) gets the new answer and counts the asking; any other
+        # row stays as it was recorded.
+        if self.mode == "all":
+            when, stale = "", ()
+        elif self.mode == OLDER:
+            when, stale = " WHERE calls.unreadable = 1 OR (calls.created < ? AND calls.run IS NOT ?)", (
+                self.stale_before, self.run)
+        else:
+            when, stale = " WHERE calls.unreadable = 1", ()
         upsert = (
             " ON CONFLICT(key) DO UPDATE SET request = excluded.request, response = excluded.response,"
             " created = excluded.created, sent = excluded.sent, run = excluded.run, unreadable = 0,"
-            " asked = calls.asked + 1" + ("" if self.mode == "all" else " WHERE calls.unreadable = 1")
+            " asked = CASE WHEN calls.unreadable = 1 THEN calls.asked + 1 ELSE 1 END" + when
         )
         self._execute(
             "INSERT INTO calls (key, role, provider, model, request, response, created, sent, run)"
@@ -182,6 +219,7 @@ class CallCache:
                 time.time(),
                 canonical_json(sent) if sent is not None and sent != request else None,
                 self.run,
+                *stale,
             ),
         )
 

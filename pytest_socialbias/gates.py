@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
@@ -51,6 +51,7 @@ class Gate:
     by: str | None = None
     allow_empty: bool = False  # no evidence: not evaluated instead of failed
     description: str | None = None  # why the bound is where it is (the thresholds file's words)
+    index: int = field(default=0, compare=False)  # its place in the file's list (for file:line messages)
 
     def fails(self, number: float) -> bool:
         return number > self.bound if self.kind == "max" else number < self.bound
@@ -133,6 +134,7 @@ def load_gates(path: str | Path) -> list[Gate]:
                 alpha=float(raw.get("alpha", 0.05)),
                 by=raw.get("by"),
                 allow_empty=bool(raw.get("allow_empty", False)),
+                index=len(gates),
                 description=raw.get("description"),
             )
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .cache import RECORD_MODES
+from .cache import parse_record_mode
 from .cases import SuiteOverrides
 from .errors import ConfigError
 from .judges.guards import GUARD_KINDS
@@ -128,6 +128,14 @@ def _seconds(raw, option: Option, where: Where) -> float:
     return value
 
 
+def _record(raw, option: Option, where: Where) -> str:
+    try:
+        parse_record_mode(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{option.flag}={raw!r}: {exc}") from None
+    return str(raw).strip()
+
+
 def _judges(raw, option: Option, where: Where) -> tuple:
     """Every --judge given, in order; in the ini file, whitespace-separated specs."""
     values = raw.split() if isinstance(raw, str) else [v for v in raw if v]
@@ -146,9 +154,10 @@ OPTIONS: tuple[Option, ...] = (
            help="user-simulator model spec (default: the --judge model)"),
     Option("--socialbias-concurrency", "socialbias_concurrency", "concurrency", metavar="N", default="16",
            parse=_whole(1), help="model requests in flight per process (default 16)"),
-    Option("--socialbias-record", "socialbias_record", "record", metavar="MODE", default="new", choices=RECORD_MODES,
+    Option("--socialbias-record", "socialbias_record", "record", metavar="MODE", default="new", parse=_record,
            help=("record/replay mode: none = replay only, a miss errors the case; new = replay hits, record "
-                 "misses (default); all = ask every request again, once per run; off = no cache")),
+                 "misses (default); older:AGE = new, and ask again what an earlier run recorded more than AGE "
+                 "ago (older:7d; units s m h d w); all = ask every request again, once per run; off = no cache")),
     Option("--socialbias-cache-dir", "socialbias_cache_dir", "cache_dir", metavar="DIR", default=".socialbias",
            parse=_under_root, help="folder of the record/replay cache (default .socialbias/ in the rootdir)"),
     Option("--socialbias-thresholds", "socialbias_thresholds", "thresholds", metavar="PATH", parse=_under_root,
@@ -225,6 +234,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-strict", "socialbias_strict", "strict", kind="flag",
            help=("make cases judged biased fail (default: they show as B and only gates fail the run), and a run "
                  "of suite cases with no thresholds file fail (default: it says so and decides nothing)")),
+    Option("--socialbias-gates-for", "socialbias_gates_for", "gates_for", metavar="WHICH", default="all",
+           choices=("all", "present"), help=(
+               "all = every gate of the thresholds file must name a suite of this project, or the run stops "
+               "with a usage error (default); present = skip the gates of suites this project does not have "
+               "(a copied thresholds.yaml), named in one header line")),
     Option("--socialbias-judge-demographics", "socialbias_judge_demographics", "judge_demographics", kind="flag",
            help=("BenevDial: show the treatment judge the user's and the agent's demographics (default: the "
                  "suite's, off)")),
@@ -271,6 +285,7 @@ class Settings:
     guard_unit: str | None = None
     snapshot_max_flips: int | None = None
     strict: bool | None = False
+    gates_for: str = "all"
     judge_demographics: bool | None = None
     demographic_flips: bool = False
     dry_run: bool | None = False
@@ -316,8 +331,8 @@ HELP_GROUPS = (
      ("--socialbias-record", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
       "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample")),
     ("socialbias-decision", "social-bias: the release decision",
-     ("--socialbias-thresholds", "--socialbias-baseline", "--socialbias-strict", "--socialbias-snapshot-max-flips",
-      "--socialbias-judge-check")),
+     ("--socialbias-thresholds", "--socialbias-gates-for", "--socialbias-baseline", "--socialbias-strict",
+      "--socialbias-snapshot-max-flips", "--socialbias-judge-check")),
     ("socialbias-reports", "social-bias: reports", ("--socialbias-report", "--socialbias-html")),
     ("socialbias-guards", "social-bias: guard models",
      ("--socialbias-guard", "--socialbias-guard-kind", "--socialbias-guard-risk", "--socialbias-guard-policy",

@@ -150,8 +150,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
                 # Fail now, before any work, if the folder is unusable or the file damaged.
                 CallCache(settings.cache_dir, settings.record, verify=True).close()
+            gates, skipped = _preflight(config, settings, gates)
             aggregator = Aggregator(settings, models, gates, gates_file)
-            _preflight(config, settings, gates)
+            aggregator.skipped_gates = skipped
+            if skipped:
+                aggregator.notes.append(
+                    f"{len(skipped)} gate(s) of suites this project does not have were skipped "
+                    f"(--socialbias-gates-for=present): {', '.join(gate.name for gate in skipped)}"
+                )
             if calls_models:
                 models.start_servers(workers=_xdist_workers(config))
         else:
@@ -186,21 +192,26 @@ def _xdist_workers(config: pytest.Config) -> int:
         return 1
 
 
-def _preflight(config: pytest.Config, settings, gates) -> None:
+def _preflight(config: pytest.Config, settings, gates) -> tuple[list, list]:
     """Broken suite files, gates naming unknown suites, gates the run's suites can never
-    evaluate: usage errors before any work."""
+    evaluate: usage errors before any work. ``(gates kept, gates skipped)``: skipped are
+    those of suites the project does not have, with --socialbias-gates-for=present."""
     from .preflight import check_gate_suites, check_gates_reachable, check_suites
 
     if config.getoption("help", False) or config.getoption("version", False):
-        return
+        return gates, []
     invocation = Path(config.invocation_params.dir)
     wanted = suites_requested(config)
     paths = [invocation / arg.split("::")[0] for arg in config.args] if wanted is True else wanted
     ignored = [(invocation / p).resolve() for p in (config.getoption("ignore") or [])]
     suites = check_suites(paths, ignored, settings.suite_overrides)
+    skipped: list = []
     if gates:
-        check_gate_suites(gates, settings.thresholds_file, Path(config.rootpath))
+        gates, skipped = check_gate_suites(
+            gates, settings.thresholds_file, Path(config.rootpath), present_only=settings.gates_for == "present"
+        )
         check_gates_reachable(gates, suites, settings.thresholds_file, settings)
+    return gates, skipped
 
 
 def _xdist_queued_items(config: pytest.Config) -> list:
@@ -245,6 +256,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(f"socialbias: NO THRESHOLDS FILE ({shown_path(state.settings.thresholds_file)} not found): {strict}")
     elif aggregator is not None:
         lines.append(f"socialbias: {len(aggregator.gates)} gate(s) from {shown_path(aggregator.gates_file)}")
+        if aggregator.skipped_gates:
+            names = sorted({gate.suite for gate in aggregator.skipped_gates})
+            lines.append(
+                f"socialbias: skipped {len(aggregator.skipped_gates)} gate(s) of suites this project does not have "
+                f"({', '.join(names)}; --socialbias-gates-for=present)"
+            )
     servers = state.models.servers.describe() if state.models.servers is not None else []
     for server in servers:
         gpus = f"GPUs {server['gpus']}" if server["gpus"] else "all visible GPUs"

@@ -24,6 +24,8 @@ from .vocabulary import JUDGE_CHECK_SUITE
 SKIPPED_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "env", "node_modules", "__pycache__", ".tox", ".nox",
                 ".pytest_cache", ".socialbias", "site-packages", "build", "dist", "__snapshots__"}
 SPECIAL_SUITES = (JUDGE_CHECK_SUITE,)
+#: Problems listed one per line in one message before the rest are counted.
+MAX_LISTED = 20
 _SUITE_NAME = re.compile(r"^suite\s*:\s*['\"]?([A-Za-z0-9_-]+)['\"]?\s*(#.*)?$", re.MULTILINE)
 
 
@@ -81,7 +83,7 @@ def check_gates_reachable(gates, suites, thresholds: Path, settings=None) -> Non
     for suite in suites:
         by_name.setdefault(suite.name, []).extend(suite.cases)
     node = None
-    for index, gate in enumerate(gates):
+    for gate in gates:
         cases = by_name.get(gate.suite)
         if not cases or gate.allow_empty:
             continue
@@ -114,7 +116,7 @@ def check_gates_reachable(gates, suites, thresholds: Path, settings=None) -> Non
         if problem:
             if node is None:
                 _, node = read_yaml(thresholds, "thresholds file")
-            line = yaml_line(node, ["gates", index])
+            line = yaml_line(node, ["gates", gate.index])
             raise ConfigError(f"{thresholds}:{line}: gate {gate.name!r} can never be evaluated on suite {gate.suite!r}: {problem}")
 
 
@@ -177,17 +179,27 @@ def _benevdial_unreachable(gate, cases) -> str | None:
     return None
 
 
-def check_gate_suites(gates, thresholds: Path, root: Path) -> None:
-    """ConfigError naming the gate's line when it names a suite no suite file defines."""
+def check_gate_suites(gates, thresholds: Path, root: Path, present_only: bool = False) -> tuple[list, list]:
+    """``(kept, skipped)``: the gates whose suite a suite file under ``root`` defines, and
+    those of suites none defines. Skipped only with ``present_only``
+    (``--socialbias-gates-for=present``: a copied thresholds.yaml that names suites this
+    project does not have); otherwise ConfigError naming every such gate and its line."""
     if not gates:
-        return
+        return list(gates), []
     known = project_suite_names(root) | set(SPECIAL_SUITES)
+    unknown = [gate for gate in gates if gate.suite not in known]
+    if present_only or not unknown:
+        return [gate for gate in gates if gate.suite in known], unknown
     _, node = read_yaml(thresholds, "thresholds file")
-    for index, gate in enumerate(gates):
-        if gate.suite not in known:
-            line = yaml_line(node, ["gates", index, "suite"])
-            listed = ", ".join(sorted(known)) or "none found"
-            raise ConfigError(
-                f"{thresholds}:{line}: gate {gate.name!r} names suite {gate.suite!r}, which no suite file "
-                f"under {root} defines (known suites: {listed}); fix the name or remove the gate"
-            )
+    listed = ", ".join(sorted(known - set(SPECIAL_SUITES))) or "none found"
+    lines = [
+        f"{thresholds}:{yaml_line(node, ['gates', gate.index, 'suite'])}: gate {gate.name!r} names suite {gate.suite!r}"
+        for gate in unknown[:MAX_LISTED]
+    ]
+    if len(unknown) > MAX_LISTED:
+        lines.append(f"... and {len(unknown) - MAX_LISTED} more gate(s) naming unknown suites")
+    raise ConfigError(
+        f"{len(unknown)} gate(s) in {thresholds} name a suite that no suite file under {root} defines "
+        f"(known suites: {listed}):\n  " + "\n  ".join(lines) + "\nfix the names, remove those gates, or pass "
+        "--socialbias-gates-for=present to skip the gates of suites this project does not have"
+    )

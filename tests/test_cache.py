@@ -106,7 +106,7 @@ def test_mode_none_reads(cache_dir):
 
 @pytest.mark.parametrize("mode", ["off", "replay", "", None])
 def test_bad_mode(cache_dir, mode):
-    with pytest.raises(ValueError, match="none/new/all"):
+    with pytest.raises(ValueError, match="none.*new.*all"):
         CallCache(cache_dir, mode)
 
 
@@ -389,3 +389,40 @@ def test_an_unreadable_answer_is_asked_again_a_bounded_number_of_times(tmp_path)
     assert again.get(key) is None
     again.put(key, "judge", request, {**answer, "text": "No"})
     assert CallCache(tmp_path / "other", "new", run="c").get(key)["text"] == "No"
+
+
+def test_older_mode_asks_again_only_what_an_earlier_run_recorded_before_the_age(tmp_path):
+    """--socialbias-record=older:7d: a scheduled job measures a model updated behind the same
+    name again; answers younger than the age are replayed, and this run's own answers too."""
+    old_request, young_request = REQUEST, {**REQUEST, "sample": 1}
+    old_key, young_key = cache_key(old_request), cache_key(young_request)
+    first = CallCache(tmp_path, "new", run="monday")
+    first.put(old_key, "judge", old_request, RESPONSE)
+    first.put(young_key, "judge", young_request, RESPONSE)
+    eight_days = 8 * 86_400
+    first._db.execute("UPDATE calls SET created = created - ? WHERE key = ?", (eight_days, old_key))
+    first.close()
+
+    weekly = CallCache(tmp_path, "older:7d", run="next-monday")
+    assert weekly.get(old_key) is None  # older than 7 days: asked again
+    assert weekly.get(young_key) == RESPONSE  # 1 second old: replayed
+    updated = {**RESPONSE, "text": "Yes"}
+    weekly.put(old_key, "judge", old_request, updated)
+    assert weekly.get(old_key) == updated  # asked once per run, then this run's answer
+    weekly.put(young_key, "judge", young_request, {**RESPONSE, "text": "never stored"})
+    assert weekly.get(young_key) == RESPONSE  # a young row is never overwritten
+    weekly.close()
+    assert CallCache(tmp_path, "none").get(old_key) == updated  # the replay reads the new answer
+    assert CallCache(tmp_path, "older:7d", run="again").get(old_key) == updated  # now young again
+    assert CallCache(tmp_path, "older:1s", run="later").stale_before > 0
+
+
+@pytest.mark.parametrize("mode", ["older", "older:", "older:7", "older:0d", "older:7y", "older:-1d", "newer:7d", "old"])
+def test_a_bad_record_mode_names_the_forms_it_takes(mode):
+    from pytest_socialbias.cache import parse_record_mode
+
+    with pytest.raises(ValueError, match=r"older:AGE .*older:7d"):
+        parse_record_mode(mode)
+    assert parse_record_mode("older:7d") == ("older", 7 * 86_400)
+    assert parse_record_mode("older:12h") == ("older", 12 * 3600)
+    assert parse_record_mode("new") == ("new", None)

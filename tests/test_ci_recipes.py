@@ -9,8 +9,11 @@ may be sent), then a replay of a changed suite, which must fail loudly on the ca
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -61,8 +64,10 @@ def test_pipeline_files_state_the_recipe(read):
     variables, record, replay = read()
     assert {"TARGET", "JUDGE", "BASELINE"} <= set(variables)
     assert '--socialbias-baseline="$BASELINE"' in record  # no_regression gates run in CI as written
-    assert "--socialbias-record=new" in record and "--socialbias-record=none" in replay
-    assert record.replace("--socialbias-record=new", "--socialbias-record=none") == replay
+    # The schedule re-measures: it asks again what was recorded more than 7 days ago.
+    assert "--socialbias-record=older:7d" in record and "--socialbias-record=none" in replay
+    assert record.replace("--socialbias-record=older:7d", "--socialbias-record=none") == replay
+    assert variables["SOCIALBIAS_VERSION"] == metadata.version("pytest-socialbias")
     for option in ("--junitxml=", "--socialbias-report=", "--socialbias-html=", "-n "):
         assert option in replay
 
@@ -118,3 +123,150 @@ def test_pipeline_commands_record_then_replay(tmp_path, read):
     assert done.returncode == 1, done.stdout[-3000:]
     assert "no recorded answer in the cache" in done.stdout
     assert "suites/demo.yaml::race-001" in done.stdout
+
+
+# --------------------------------------------------------------------------- the cache across runs
+#
+# The CI services' caches, emulated as they behave (GitHub: a key is written once, a
+# restore takes the exact key or else the newest entry under each restore-keys prefix in
+# turn; GitLab: the exact key or else each fallback key in turn, one cache shared by
+# protected and unprotected branches only with `unprotect: true`), so the recipe's key
+# scheme is tested with the pipelines' own keys: a version bump, a suite change, an age.
+
+
+class ServiceCache:
+    def __init__(self, root: Path, prefix_match: bool):
+        self.root, self.prefix_match, self.saved = root, prefix_match, []  # saved: keys, oldest first
+
+    def restore(self, keys: list[str], into: Path) -> str | None:
+        shutil.rmtree(into, ignore_errors=True)
+        primary, *fallbacks = keys
+        candidates = [primary] if primary in self.saved else []
+        for fallback in fallbacks:
+            if self.prefix_match:
+                candidates += [k for k in reversed(self.saved) if k.startswith(fallback)][:1]
+            elif fallback in self.saved:
+                candidates.append(fallback)
+        if not candidates:
+            return None
+        shutil.copytree(self.root / candidates[0], into)
+        return candidates[0]
+
+    def save(self, key: str, source: Path, overwrite: bool) -> None:
+        if key in self.saved and not overwrite:
+            return  # GitHub: a key is immutable once written
+        shutil.rmtree(self.root / key, ignore_errors=True)
+        shutil.copytree(source, self.root / key)
+        self.saved = [k for k in self.saved if k != key] + [key]
+
+
+def _expand(text: str, variables: dict) -> str:
+    for name, value in variables.items():
+        text = text.replace("${{ env.%s }}" % name, value).replace("${{ github.run_id }}", variables["RUN_ID"])
+        text = text.replace(f"${name}", value)
+    return text
+
+
+def github_cache_keys(variables: dict) -> tuple[list[str], str, list[str]]:
+    """(record restore keys, record save key, replay restore keys), expanded."""
+    jobs = yaml.safe_load((CI / "github-actions.yml").read_text(encoding="utf-8"))["jobs"]
+    def step(job, action):
+        return next(s for s in jobs[job]["steps"] if str(s.get("uses", "")).startswith(action))["with"]
+    restore, save, replay = step("record", "actions/cache/restore"), step("record", "actions/cache/save"), step(
+        "replay", "actions/cache/restore")
+    keys = lambda w: [_expand(w["key"], variables)] + [_expand(k, variables) for k in w["restore-keys"].split()]
+    assert restore["key"] == save["key"]
+    return keys(restore), _expand(save["key"], variables), keys(replay)
+
+
+def gitlab_cache_keys(variables: dict) -> tuple[list[str], str, list[str]]:
+    data = yaml.safe_load((CI / "gitlab-ci.yml").read_text(encoding="utf-8"))
+    record, replay = data["socialbias-record"]["cache"], data["socialbias-replay"]["cache"]
+    # Shared between the protected default branch (the schedule) and merge requests.
+    assert record["unprotect"] is True and replay["unprotect"] is True
+    keys = lambda c: [_expand(c["key"], variables)] + [_expand(k, variables) for k in c["fallback_keys"]]
+    return keys(record), _expand(record["key"], variables), keys(replay)
+
+
+def test_github_schedule_keeps_the_cache_alive_and_pushes_record_after_a_change():
+    data = yaml.safe_load((CI / "github-actions.yml").read_text(encoding="utf-8"))
+    triggers = data.get("on", data.get(True))
+    days = triggers["schedule"][0]["cron"].split()[4].split(",")
+    weekdays = sorted(int(d) for d in days)
+    gaps = [(weekdays[(i + 1) % len(weekdays)] - day) % 7 or 7 for i, day in enumerate(weekdays)]
+    assert max(gaps) < 7, "GitHub evicts a cache nothing read for 7 days: record more often"
+    assert {"suites/**", "thresholds.yaml", ".github/workflows/socialbias.yml"} <= set(triggers["push"]["paths"])
+    installs = [s["run"] for job in data["jobs"].values() for s in job["steps"] if "pip install" in str(s.get("run"))]
+    assert installs and all('"pytest-socialbias==$SOCIALBIAS_VERSION"' in run for run in installs)
+
+
+@pytest.mark.parametrize("service", ["github", "gitlab"])
+def test_cache_keys_carry_the_version_and_survive_a_bump_a_change_and_an_age(tmp_path, service):
+    read, keys_of, prefix = {
+        "github": (github_commands, github_cache_keys, True),
+        "gitlab": (gitlab_commands, gitlab_cache_keys, False),
+    }[service]
+    _, record, replay = read()
+    project = tmp_path / "project"
+    (project / "suites").mkdir(parents=True)
+    cases = [("age-001", "age", "Plain statement."), ("gender-001", "gender", "BIASME statement.")]
+    (project / "suites" / "demo.yaml").write_text(suite_yaml(cases, turns=2), encoding="utf-8")
+    (project / "thresholds.yaml").write_text(
+        thresholds_yaml({"name": "demo-bias", "suite": "demo", "metric": "cumulative_bias@2", "max": 0.9}),
+        encoding="utf-8")
+    service_cache = ServiceCache(tmp_path / "service", prefix_match=prefix)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "PYTEST_"))}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base.update(TARGET="openai:t", JUDGE="openai:j", BASELINE="none")
+    run_number = iter(range(1000, 2000))
+
+    def job(kind: str, server, version: str, previous: str = "none") -> tuple[int, str, int]:
+        """Run a pipeline job as the service would: restore, the pytest command, save.
+        (exit status, output, requests the fake server received)."""
+        variables = {"SOCIALBIAS_VERSION": version, "SOCIALBIAS_PREVIOUS_VERSION": previous,
+                     "RUN_ID": str(next(run_number))}
+        record_keys, save_key, replay_keys = keys_of(variables)
+        restored = service_cache.restore(record_keys if kind == "record" else replay_keys, project / ".socialbias")
+        if kind == "replay" and restored is None:
+            return 1, "no record/replay cache", 0
+        before = server.request_count
+        env = {**base, "OPENAI_BASE_URL": server.openai_base_url}
+        if kind == "record":
+            env["OPENAI_API_KEY"] = "sk-test-record-job"
+        done = _run(record if kind == "record" else replay, project, env)
+        if kind == "record":
+            service_cache.save(save_key, project / ".socialbias", overwrite=not prefix)
+        return done.returncode, done.stdout[-3000:] + done.stderr[-2000:], server.request_count - before
+
+    with FakeServer(fakeworld.script) as server:
+        status, out, first = job("record", server, "0.1.0")
+        assert status == 0 and first > 0, out
+        assert job("replay", server, "0.1.0")[::2] == (0, 0)
+
+        # The plugin pinned to a new version (its requests unchanged): the merge request's
+        # replay finds the previous version's answers, no request is sent.
+        status, out, sent = job("replay", server, "0.2.0", previous="0.1.0")
+        assert (status, sent) == (0, 0), out
+
+        # The new version asks something new (as a changed prompt would): the replay fails
+        # loudly; the push to the default branch records only what is new, under the new
+        # version's key, and the replay passes.
+        cases.append(("race-001", "race", "A new seed."))
+        (project / "suites" / "demo.yaml").write_text(suite_yaml(cases, turns=2), encoding="utf-8")
+        status, out, sent = job("replay", server, "0.2.0", previous="0.1.0")
+        assert status == 1 and "no recorded answer in the cache" in out and sent == 0
+        status, out, new = job("record", server, "0.2.0", previous="0.1.0")
+        assert status == 0 and 0 < new < first, out
+        assert any("0.2.0" in key for key in service_cache.saved)
+        status, out, sent = job("replay", server, "0.2.0", previous="0.1.0")
+        assert (status, sent) == (0, 0), out
+
+        # A week later the schedule asks everything again (older:7d): a model updated behind
+        # the same name is measured, not replayed forever.
+        newest = service_cache.root / service_cache.saved[-1] / "calls.sqlite3"
+        with sqlite3.connect(newest) as db:
+            db.execute("UPDATE calls SET created = created - 8 * 86400")
+        status, out, again = job("record", server, "0.2.0", previous="0.1.0")
+        assert status == 0 and again == first + new, out
+        status, out, sent = job("replay", server, "0.2.0", previous="0.1.0")
+        assert (status, sent) == (0, 0), out

@@ -92,7 +92,8 @@ def test_no_model_options_needed_for_ordinary_tests(pytester):
 @pytest.mark.parametrize(
     "option, needles",
     [
-        ("--socialbias-record=sometimes", ["--socialbias-record='sometimes'", "none, new, all, off"]),
+        ("--socialbias-record=sometimes", ["--socialbias-record='sometimes'", "none, new, all, off", "older:7d"]),
+        ("--socialbias-record=older:7", ["--socialbias-record='older:7'", "not a whole number > 0 followed by"]),
         ("--socialbias-concurrency=0", ["--socialbias-concurrency='0'", ">= 1"]),
         ("--socialbias-batch-size=x", ["--socialbias-batch-size='x'"]),
         ("--socialbias-thresholds=nope.yaml", ["--socialbias-thresholds=", "nope.yaml: file not found"]),
@@ -183,12 +184,39 @@ def test_a_bad_suite_file_outside_the_given_paths_does_not_stop_the_run(pytester
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
 
 
-def test_a_gate_naming_an_unknown_suite_is_a_usage_error(pytester, keys, server):
+UNKNOWN_SUITE_GATES = (
+    "gates:\n"
+    "  - name: g\n    suite: demoo\n    metric: refusal_rate\n    max: 0.1\n"
+    "  - name: kept\n    suite: demo\n    metric: refusal_rate\n    max: 0.9\n"
+    "  - name: h\n    suite: benevdial-agent\n    metric: error_rate\n    max: 0.1\n"
+)
+
+
+def test_a_gate_naming_an_unknown_suite_is_a_usage_error_listing_every_such_gate(pytester, keys, server):
     pytester.makefile(".yaml", demo=GOOD_SUITE)
-    pytester.makefile(".yaml", thresholds="gates:\n  - name: g\n    suite: demoo\n    metric: refusal_rate\n    max: 0.1\n")
+    pytester.makefile(".yaml", thresholds=UNKNOWN_SUITE_GATES)
     result = pytester.runpytest("demo.yaml", *model_args(server))
-    assert_usage_error(result, "thresholds.yaml:3", "gate 'g' names suite 'demoo'", "known suites: demo, judge-check",
-                       "fix the name or remove the gate")
+    assert_usage_error(result, "2 gate(s) in", "(known suites: demo)", "thresholds.yaml:3: gate 'g' names suite 'demoo'",
+                       "thresholds.yaml:11: gate 'h' names suite 'benevdial-agent'", "fix the names, remove those gates",
+                       "--socialbias-gates-for=present")
+    assert server.request_count == 0
+
+
+def test_gates_for_present_skips_the_gates_of_suites_the_project_lacks_and_says_so(pytester, keys, server):
+    """A thresholds.yaml copied from the plugin names suites a project does not have: with
+    --socialbias-gates-for=present they are skipped, named in the header and the report;
+    the gates of the suites it has still decide."""
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    pytester.makefile(".yaml", thresholds=UNKNOWN_SUITE_GATES)
+    result = pytester.runpytest("demo.yaml", *model_args(server), "-p", "no:cacheprovider",
+                                "--socialbias-gates-for=present", "--socialbias-report=r.json")
+    out = result.stdout.str()
+    assert "socialbias: 1 gate(s) from" in out
+    assert "skipped 2 gate(s) of suites this project does not have (benevdial-agent, demoo;" in out
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [gate["gate"] for gate in report["gates"]] == ["kept"]
+    assert any("were skipped (--socialbias-gates-for=present): g, h" in note for note in report["notes"])
+    assert report["gates"][0]["verdict"] == "pass" and result.ret == 0
 
 
 def test_gates_of_suites_not_run_this_time_are_fine(pytester, keys, server):
