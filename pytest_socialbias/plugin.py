@@ -196,7 +196,7 @@ def _preflight(config: pytest.Config, settings, gates) -> tuple[list, list]:
     """Broken suite files, gates naming unknown suites, gates the run's suites can never
     evaluate: usage errors before any work. ``(gates kept, gates skipped)``: skipped are
     those of suites the project does not have, with --socialbias-gates-for=present."""
-    from .preflight import check_gate_suites, check_gates_reachable, check_suites
+    from .preflight import check_gate_suites, check_gates_reachable, check_named_files, check_suites
 
     if config.getoption("help", False) or config.getoption("version", False):
         return gates, []
@@ -204,6 +204,8 @@ def _preflight(config: pytest.Config, settings, gates) -> tuple[list, list]:
     wanted = suites_requested(config)
     paths = [invocation / arg.split("::")[0] for arg in config.args] if wanted is True else wanted
     ignored = [(invocation / p).resolve() for p in (config.getoption("ignore") or [])]
+    if wanted is True:
+        check_named_files([invocation / arg.split("::")[0] for arg in config.args])
     suites = check_suites(paths, ignored, settings.suite_overrides)
     skipped: list = []
     if gates:

@@ -63,6 +63,35 @@ def project_suite_names(root: Path) -> set[str]:
     return names
 
 
+#: Top-level keys of the plugin's own YAML files: a file named on the command line with one
+#: of them but no ``socialbias:`` marker was meant as a suite (or is a file a suite reads).
+_OUR_KEYS = re.compile(r"^(suite|protocol|cases|seeds|conditions|dialogues|styles|turns)\s*:", re.MULTILINE)
+
+
+def check_named_files(paths: list[Path]) -> None:
+    """ConfigError for a YAML file named on the command line that is not a suite but
+    holds the plugin's keys (pytest alone would say "not found" of a file that exists)."""
+    for path in paths:
+        if path.suffix not in (".yaml", ".yml") or not path.is_file() or looks_like_suite(path):
+            continue
+        try:
+            head = path.read_text(encoding="utf-8", errors="replace")[:65536]
+        except OSError:
+            continue
+        keys = {match.group(1) for match in _OUR_KEYS.finditer(head)}
+        if not keys:
+            continue  # someone else's YAML: pytest (or its plugin) says what it says
+        if keys & {"seeds", "conditions", "dialogues"} and not keys & {"suite", "protocol", "cases"}:
+            raise ConfigError(
+                f"{path}: not a suite file but a file a suite reads (its `{sorted(keys)[0]}:` list); name the suite "
+                "file that points at it (e.g. `seeds: seeds.yaml` in suites/dymt/dymt.yaml) instead"
+            )
+        raise ConfigError(
+            f"{path}:1: not collected: a suite file starts with the line `socialbias: 1` (the format version), "
+            "then suite:, protocol: and its cases; add that line (README: Suite files)"
+        )
+
+
 def check_suites(paths: list[Path], ignored: list[Path], overrides) -> list:
     """Load every suite file the run will collect, with the options' overrides (the very
     object collection uses); ConfigError on the first broken one. Returns the suites."""

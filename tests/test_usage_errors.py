@@ -237,3 +237,24 @@ def test_yaml_without_marker_is_not_collected(pytester, keys, server):
     pytester.makepyfile("def test_x():\n    pass\n")
     result = pytester.runpytest(*model_args(server))
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("text, needles", [
+    ("suite: demo\nprotocol: smoke\ncases: []\n",
+     ["named.yaml:1: not collected: a suite file starts with the line `socialbias: 1`", "README: Suite files"]),
+    ("seeds:\n  - id: x\n", ["named.yaml: not a suite file but a file a suite reads (its `seeds:` list)"]),
+])
+def test_a_file_named_on_the_command_line_that_is_no_suite_says_why(pytester, keys, server, text, needles):
+    """pytest alone says "not found" of a file that is there; a file meant for the plugin
+    gets the reason."""
+    pytester.makefile(".yaml", named=text)
+    result = pytester.runpytest("named.yaml", *model_args(server))
+    assert_usage_error(result, *needles)
+    assert "not found" not in result.stderr.str() + result.stdout.str()
+    assert server.request_count == 0
+
+
+def test_someone_elses_yaml_named_on_the_command_line_is_left_to_pytest(pytester, keys, server):
+    pytester.makefile(".yaml", other="name: ci\njobs: {}\n")
+    result = pytester.runpytest("other.yaml", *model_args(server))
+    assert result.ret == 4 and "not found" in result.stderr.str() + result.stdout.str()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import socket
 import threading
 from dataclasses import dataclass, field
 
@@ -226,13 +227,23 @@ def build_backend(
 def _describe(exc: BaseException) -> str:
     """A one-line reason for a failed call, naming the HTTP status where there is one,
     and the transport's own error under the SDK's: the SDKs' aiohttp transport reports a
-    dropped connection as a timeout ("Request timed out"), its cause says what happened."""
+    dropped connection as a timeout ("Request timed out"), its cause says what happened.
+    A refused connection and a host that does not resolve are named as such, with what to
+    check, wherever the transport keeps them in the chain."""
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     text = _first_line(exc)
     if status is not None:
         return f"HTTP {status} ({name}): {text}"
     reason = f"{name}: {text}" if text else name
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionRefusedError):
+            # Not a timeout, whatever the SDK calls it: nothing listens at that address.
+            return (f"connection refused ({_first_line(cause) or 'ECONNREFUSED'}): nothing is listening at the "
+                    "model's base URL; is the server running, and are the host and port right?")
+        if isinstance(cause, socket.gaierror):
+            return (f"cannot resolve the host of the model's base URL ({_first_line(cause)}); check the URL's "
+                    "spelling and this machine's DNS")
     root = exc
     while root.__cause__ is not None:
         root = root.__cause__
@@ -240,6 +251,20 @@ def _describe(exc: BaseException) -> str:
         root_text = _first_line(root)
         reason += f" ({type(root).__name__}: {root_text})" if root_text else f" ({type(root).__name__})"
     return reason
+
+
+def _causes(exc: BaseException, limit: int = 30) -> list[BaseException]:
+    """``exc`` and what lies under it, through both ``__cause__`` and ``__context__``
+    (httpx keeps the refused socket's error under a context, aiohttp under a cause)."""
+    out, seen, todo = [], set(), [exc]
+    while todo and len(out) < limit:
+        current = todo.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        out.append(current)
+        todo += [link for link in (current.__cause__, current.__context__) if link is not None]
+    return out
 
 
 def _first_line(exc: BaseException) -> str:
