@@ -318,3 +318,21 @@ def test_malformed_yaml_names_file_and_line(tmp_path):
     assert re.match(rf"{re.escape(str(path))}:\d+: conditions file is not valid YAML", message)
     line = int(message[len(str(path)) + 1 :].split(":")[0])
     assert line >= line_of(text, "agent_axes:")
+
+
+def test_the_documented_conditions_file_and_suite_run_as_written(pytester):
+    """docs/benevdial.md's complete example: the conditions file loads, and the suite that
+    names it collects its sample of conditions (a dry run: no model called)."""
+    from pytest_socialbias.benevdial.conditions import load_conditions, sample_conditions
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "benevdial.md").read_text(encoding="utf-8")
+    conditions, suite = re.findall(r"```yaml\n(.*?)```", text.split("<!-- conditions-example -->")[1], re.S)[:2]
+    (pytester.path / "conditions.yaml").write_text(conditions, encoding="utf-8")
+    (pytester.path / "agent.yaml").write_text(suite, encoding="utf-8")
+    loaded = load_conditions(pytester.path / "conditions.yaml")
+    sample = sample_conditions(loaded, 8, seed=0)
+    assert len(sample) == 8 and len({c.id for c in sample}) == 8
+    result = pytester.runpytest("agent.yaml", "--collect-only", "-q")
+    assert result.ret == 0, result.stdout.str()
+    ids = [line for line in result.stdout.lines if line.startswith("agent.yaml::")]
+    assert len(ids) == 8 and all(line.startswith("agent.yaml::coach-") for line in ids)
