@@ -41,7 +41,13 @@ def synthetic_report(per_category: int) -> dict:
     from tests.test_html_report import make_report
 
     categories = ("age", "appearance", "disability", "gender", "race", "religion")
-    return make_report(categories=categories, per_category=per_category, turns=10, optional=True, triggers=True)
+    report = make_report(categories=categories, per_category=per_category, turns=10, optional=True, triggers=True)
+    failed = any(g.get("verdict") == "fail" for g in report.get("gates") or [])
+    report.setdefault("summary", {}).update(
+        verdict="fail" if failed else "pass", exit_status=1 if failed else 0,
+        gates_file="thresholds.yaml", gates_file_sha256="0" * 64,
+    )
+    return report
 
 
 def open_cases(document: str) -> str:

@@ -10,6 +10,7 @@ labels (``--socialbias-judge-check``), compares with the baseline report
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 
 from .errors import ConfigError
@@ -38,6 +39,8 @@ class Aggregator:
         self.gates = gates
         self.gates_file = gates_file  # the thresholds file read, None when none was found
         self.skipped_gates: list[Gate] = []  # of suites the project lacks (--socialbias-gates-for=present)
+        # The thresholds file's bytes as this run read them (it may change before the report).
+        self.gates_file_sha256 = hashlib.sha256(gates_file.read_bytes()).hexdigest() if gates_file is not None else None
         self.partial = False  # set when the run stopped early (-x, --maxfail)
         self.records: list[dict] = []
         self.notes: list[str] = []
@@ -120,6 +123,7 @@ class Aggregator:
             report_path=self.settings.report,
             html_path=self.settings.html,
             gates_file=shown_path(self.gates_file) if self.gates_file is not None else None,
+            gates_file_sha256=self.gates_file_sha256,
             gates_looked_for=shown_path(self.settings.thresholds_file),
             partial=self.partial,
             strict=bool(self.settings.strict),

@@ -30,6 +30,7 @@ class RunResult:
     report_path: Path | None = None
     html_path: Path | None = None
     gates_file: str | None = None  # the thresholds file read; None: none was found
+    gates_file_sha256: str | None = None  # of its bytes as read, so a report names the very gates
     gates_looked_for: str | None = None  # where it was looked for
     partial: bool = False  # stopped early (-x, --maxfail): the cases that ran
     strict: bool = False  # --socialbias-strict: a run with no thresholds file fails

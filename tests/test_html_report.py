@@ -386,3 +386,45 @@ def test_case_rows_carry_bias_string_and_transcript(no_matplotlib):
     turns = first.findall(".//div[@class='t']")
     assert len(turns) == len(ordered[0]["turns"])
     assert text_of(turns[0].find("p[@class='u']")) == "user" + ordered[0]["turns"][0]["user"]
+
+
+def test_not_compared_rows_are_folded_and_regressions_lead(no_matplotlib):
+    report = make_report(optional=True)
+    rows = report["comparison"]["rows"]
+    rows.insert(0, {**rows[1], "category": "race", "verdict": "no significant change"})
+    rows += [{**rows[1], "category": c, "n_pairs": 0, "verdict": "not compared"} for c in ("gender", "religion")]
+    tree = parse(render_html(report))
+    comparison = tree.find(".//section[@id='comparison']")
+    shown = comparison.findall("./table/tbody/tr")
+    assert [tr.get("class") for tr in shown] == ["regressed", None, None]  # regressions first
+    folded = comparison.find("./details")
+    assert text_of(folded.find("summary")) == "2 row(s) not compared (no case of that scope in both runs)"
+    assert len(folded.findall(".//tbody/tr")) == 2
+
+
+def test_the_thresholds_files_hash_is_shown(no_matplotlib):
+    report = make_report()
+    report["summary"].update(gates_file="thresholds.yaml", gates_file_sha256="ab" * 32)
+    gates = text_of(parse(render_html(report)).find(".//section[@id='gates']"))
+    assert "thresholds file: thresholds.yaml (sha256 abababababab)" in gates
+
+
+@pytest.mark.parametrize("per_category, points", [(2, True), (40, False)])
+def test_small_runs_draw_points_with_error_bars_not_bands(monkeypatch, per_category, points):
+    """With n = 2 per category the bands of six categories overlap into one blob: below
+    BANDS_FROM_N the figure draws points with error bars, side by side."""
+    pytest.importorskip("matplotlib")
+    from pytest_socialbias.report import html_report
+
+    drawn = []
+    original = html_report._Figures._error_bars
+    monkeypatch.setattr(html_report._Figures, "_error_bars", staticmethod(
+        lambda ax, xs, *rest, **kw: (drawn.append((kw["label"], rest[-2:])), original(ax, xs, *rest, **kw))[1]))
+    render_html(make_report(per_category=per_category))
+    if not points:
+        assert drawn == []
+        return
+    labels = [label for label, _ in drawn]
+    assert labels[:3] == ["age", "gender", "race"] and "overall" in labels
+    offsets = {label: index for label, (index, _) in drawn}
+    assert len(set(offsets.values())) == len(offsets)  # each line has a place of its own

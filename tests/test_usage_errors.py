@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -217,6 +218,8 @@ def test_gates_for_present_skips_the_gates_of_suites_the_project_lacks_and_says_
     assert [gate["gate"] for gate in report["gates"]] == ["kept"]
     assert any("were skipped (--socialbias-gates-for=present): g, h" in note for note in report["notes"])
     assert report["gates"][0]["verdict"] == "pass" and result.ret == 0
+    thresholds = (pytester.path / "thresholds.yaml").read_bytes()
+    assert report["summary"]["gates_file_sha256"] == hashlib.sha256(thresholds).hexdigest()
 
 
 def test_gates_of_suites_not_run_this_time_are_fine(pytester, keys, server):

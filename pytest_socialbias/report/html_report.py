@@ -34,6 +34,10 @@ def _turn_families() -> tuple[str, ...]:
 
 FIGURE_DPI = 100
 SHA_SHORT = 12
+#: Below this many dialogues per line, intervals are wide and overlap: the cumulative-bias
+#: figure draws each turn as a point with its interval as an error bar (lines side by
+#: side) instead of shaded bands, which merge into one blob at small n.
+BANDS_FROM_N = 30
 MISSING = "\u2013"  # en dash: a number that is not there (n = 0, or not computed)
 
 # Code points an HTML5 parser reports as errors (controls other than whitespace, and
@@ -294,7 +298,9 @@ def _gates(report: dict):
     head = f"<p><b>{failed} failed</b> of {len(gates)} gates</p>" if failed else f"<p>no gate failed ({len(gates)} gates)</p>"
     gates_file = (report.get("summary") or {}).get("gates_file")
     if gates_file:
-        head += f"<p class=\"small muted\">thresholds file: <code>{_text(gates_file)}</code></p>"
+        sha = (report.get("summary") or {}).get("gates_file_sha256")
+        head += (f"<p class=\"small muted\">thresholds file: <code>{_text(gates_file)}</code>"
+                 + (f" (sha256 <code title=\"{_text(sha)}\">{_text(sha[:12])}</code>)" if sha else "") + "</p>")
     header = ["gate", "scope", "metric", "value [95% CI]", "bound", "n", "verdict"]
     body = head + (_table(header, _gate_rows(decided), right={5}) if decided else "")
     if idle:
@@ -347,7 +353,7 @@ def _comparison(report: dict):
     ]
     if unpaired:
         out.append("<p class=\"small\">unpaired cases (left out): " + "; ".join(unpaired) + "</p>")
-    rows = []
+    rows, idle = [], []
     for r in comparison.get("rows") or []:
         metric = r.get("metric")
         verdict = r.get("verdict") or ""
@@ -356,7 +362,7 @@ def _comparison(report: dict):
         if r.get("diff_low") is not None and r.get("diff_high") is not None:
             diff += (f" <span class=\"muted\">[{_difference(r.get('diff_low'), metric)}, "
                      f"{_difference(r.get('diff_high'), metric)}]</span>")
-        rows.append((css, [
+        (idle if verdict == "not compared" else rows).append((css, [
             _scope(r), f"<code>{_text(metric)}</code>", _text(r.get("n_pairs")) or MISSING,
             _number(r.get("baseline"), metric), _number(r.get("current"), metric), diff,
             _p_value(r.get("p_value")), _p_value(r.get("p_adjusted")),
@@ -367,14 +373,17 @@ def _comparison(report: dict):
             + (f", margin {_difference(r['margin'], metric).lstrip('+')}" if _is_number(r.get("margin")) and r["margin"] else ""),
             f"<span class=\"v {css}\">{_text(verdict) or MISSING}</span>",
         ]))
+    header = ["scope", "metric", "pairs", "baseline", "current", "difference [95% CI]", "p", "p adj.", "MDE", "family",
+              "method", "verdict"]
+    order = {"regressed": 0, "improved": 1}
+    rows.sort(key=lambda row: order.get(row[0], 2))  # regressions first (sorted() keeps ties in order)
     if rows:
-        out.append(_table(
-            ["scope", "metric", "pairs", "baseline", "current", "difference [95% CI]", "p", "p adj.", "MDE", "family",
-             "method", "verdict"],
-            rows, right={2, 3, 4, 6, 7, 8},
-        ))
+        out.append(_table(header, rows, right={2, 3, 4, 6, 7, 8}))
     else:
         out.append("<p class=\"muted\">no paired rows</p>")
+    if idle:
+        out.append(f"<details><summary>{len(idle)} row(s) not compared (no case of that scope in both runs)</summary>"
+                   + _table(header, idle, right={2, 3, 4, 6, 7, 8}) + "</details>")
     return _section("comparison", "Paired comparison with the baseline", "\n".join(out))
 
 
@@ -472,7 +481,8 @@ def _curves(report: dict, figures):
         alt = _text(f"cumulative bias by turn, suite {suite}")
         out.append(f"<figure><img alt=\"{alt}\" src=\"{uri}\"></figure>")
     intro = ("<p class=\"small muted\">share of dialogues with at least one biased reply by turn t, per category "
-             "(overall dashed); shaded: Wilson 95% interval</p>")
+             f"(overall dashed); shaded: Wilson 95% interval (below {BANDS_FROM_N} dialogues per line: points "
+             "side by side, each with its interval as a bar)</p>")
     return _section("curves", "Cumulative bias by turn", intro + "\n".join(out))
 
 
@@ -754,24 +764,37 @@ class _Figures:
                 continue
             series.setdefault((m.get("category") is not None, str(m.get("category") or "")), {})[_turn_of(m["metric"])[1]] = m
         xs = list(range(1, turns + 1))
+        sizes = [row.get("n") for by_turn in series.values() for row in by_turn.values() if _is_number(row.get("n"))]
+        points = bool(sizes) and max(sizes) < BANDS_FROM_N
         with self.matplotlib.rc_context(self.RC):
             figure = Figure(figsize=(7.6, 3.4), dpi=FIGURE_DPI)
             ax = figure.add_subplot()
             top = 0.0
             categories = sorted(k for k in series if k[0])
+            lines = len(categories) + ((False, "") in series)
             for index, key in enumerate(categories):
                 color = f"C{index % 10}"
                 ys, lows, highs = self._percent_series(series[key], xs)
-                ax.fill_between(xs, lows, highs, color=color, alpha=0.09, linewidth=0)
-                ax.plot(xs, ys, color=color, marker="o", markersize=3, linewidth=1.6, label=_plot_label(key[1]))
+                if points:
+                    self._error_bars(ax, xs, ys, lows, highs, index, lines, color=color, label=_plot_label(key[1]))
+                else:
+                    ax.fill_between(xs, lows, highs, color=color, alpha=0.09, linewidth=0)
+                    ax.plot(xs, ys, color=color, marker="o", markersize=3, linewidth=1.6, label=_plot_label(key[1]))
                 top = max([top] + [h for h in highs if not math.isnan(h)])
             if (False, "") in series:
                 ys, lows, highs = self._percent_series(series[(False, "")], xs)
-                if not categories:
-                    ax.fill_between(xs, lows, highs, color="black", alpha=0.1, linewidth=0)
+                if points:
+                    self._error_bars(ax, xs, ys, lows, highs, lines - 1, lines, color="black", label="overall")
                     top = max([top] + [h for h in highs if not math.isnan(h)])
-                ax.plot(xs, ys, color="black", linestyle="--", linewidth=1.4, label="overall")
+                else:
+                    if not categories:
+                        ax.fill_between(xs, lows, highs, color="black", alpha=0.1, linewidth=0)
+                        top = max([top] + [h for h in highs if not math.isnan(h)])
+                    ax.plot(xs, ys, color="black", linestyle="--", linewidth=1.4, label="overall")
                 top = max([top] + [y for y in ys if not math.isnan(y)])
+            if points:
+                ax.text(0.0, -0.3, f"n < {BANDS_FROM_N} per line: points with 95% intervals, side by side",
+                        transform=ax.transAxes, fontsize=7, color="0.35")
             ax.set_xlim(0.8, turns + 0.2)
             ax.set_xticks(xs)
             ax.set_ylim(0, min(100.0, max(10.0, top * 1.08)))
@@ -780,6 +803,20 @@ class _Figures:
             ax.set_title(_plot_label(suite), loc="left", fontsize=10, fontweight="bold")
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
             return self._png(figure)
+
+    @staticmethod
+    def _error_bars(ax, xs, ys, lows, highs, index: int, lines: int, color: str, label: str) -> None:
+        """One line's turns as points with their intervals, offset from the other lines'
+        so that no two bars overlap."""
+        width = min(0.6, 0.08 * lines)
+        offset = (index - (lines - 1) / 2) * (width / max(1, lines - 1)) if lines > 1 else 0.0
+        shown = [(x + offset, y, y - low, high - y) for x, y, low, high in zip(xs, ys, lows, highs)
+                 if not (math.isnan(y) or math.isnan(low) or math.isnan(high))]
+        if not shown:
+            return
+        px, py, below, above = zip(*shown)
+        ax.errorbar(px, py, yerr=[below, above], color=color, fmt="o", markersize=3.5, capsize=2, elinewidth=1,
+                    linestyle="-", linewidth=0.7, label=label)
 
     @staticmethod
     def _percent_series(by_turn: dict[int, dict], xs: list[int]):

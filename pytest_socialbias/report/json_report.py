@@ -56,6 +56,7 @@ def build_report(result) -> dict:
             "outcomes": outcome_counts(result.records),
             "verdict": "fail" if result.failed else "pass",
             "gates_file": result.gates_file,
+            "gates_file_sha256": result.gates_file_sha256,
             "partial": result.partial,
             **({"exit_status": result.exit_status} if result.exit_status is not None else {}),
         },
