@@ -723,3 +723,40 @@ def test_cli_serves_until_terminated(tmp_path: Path) -> None:
         out, err = proc.communicate(timeout=10)
     assert proc.returncode == 0, err
     assert "served 1 requests" in out
+
+
+def _readme_script():
+    """The script of README's fake-server example, as written (the code before its `with`)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The fake server", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code.split("with FakeServer(")[0], "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    return namespace["script"]
+
+
+@pytest.mark.slow
+def test_readmes_fake_server_example_answers_every_judge_of_the_shipped_protocols(pytester, keys):
+    """README's example, run against the shipped DyMT suite and BenevDial agent and pairs
+    suites: every judge question (bias, refusal, coherence, treatment, pairwise) gets an
+    answer its parser reads, so no case is a judge error."""
+    root = Path(__file__).resolve().parents[1] / "suites"
+    for name in ("dymt/dymt.yaml", "dymt/seeds.yaml", "benevdial/agent.yaml", "benevdial/pairs.yaml",
+                 "benevdial/conditions.yaml"):
+        (pytester.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / name).write_text((root / name).read_text(encoding="utf-8"), encoding="utf-8")
+    with FakeServer(_readme_script(), latency=0.0) as server:
+        url = server.openai_base_url
+        result = pytester.runpytest(
+            "dymt/dymt.yaml", "benevdial/agent.yaml", "benevdial/pairs.yaml", "-k", "age-001 or wellbeing",
+            f"--target=openai:t@{url}", f"--judge=openai:judge@{url}", f"--user-model=openai:user@{url}",
+            "--socialbias-sample=1", "--socialbias-record=off", "--socialbias-report=r.json", "-p", "no:cacheprovider",
+        )
+    report = json.loads((pytester.path / "r.json").read_text(encoding="utf-8"))
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    cases = report["cases"]
+    assert {c["suite"] for c in cases} == {"dymt", "benevdial-agent", "benevdial-pairs"}
+    assert [c["id"] for c in cases if c["outcome"] == "error"] == [], [c["errors"] for c in cases if c["errors"]]
+    judged = {row["metric"] for row in report["metrics"] if row["value"] is not None}
+    assert {"coherence_mean", "refusal_rate", "n_rate", "disparity_rate"} <= judged
+    assert all(row["value"] == 0 for row in report["metrics"] if row["metric"] in ("judge_error_rate", "pair_error_rate"))
