@@ -308,6 +308,19 @@ EMPTY_SUITES = pytest.StashKey[list]()
 def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items) -> list[str]:
     if _is_worker(config):
         return []
+    return _collection_lines(config, start_path)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under xdist only the workers collect: each hands its collection lines to the
+    controller (XdistController prints them once, in the terminal summary)."""
+    config = session.config
+    if _is_worker(config):
+        config.workeroutput["socialbias_collection"] = _collection_lines(config, Path(config.invocation_params.dir))
+
+
+def _collection_lines(config: pytest.Config, start_path: Path) -> list[str]:
+    """Suite files that gave no case (and why), and those a bare ``pytest`` left alone."""
     lines = [f"socialbias: {path}: " + ("; ".join(notes) if notes else "no cases (its selection is empty)")
              for path, notes in config.stash.get(EMPTY_SUITES, [])]
     skipped = config.stash.get(SKIPPED_SUITES, [])
@@ -515,6 +528,7 @@ class XdistController:
 
     def __init__(self, state: RunState):
         self.state = state
+        self.collection: list[str] = []  # the workers' collection lines (see pytest_collection_finish)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config, log):
@@ -536,6 +550,13 @@ class XdistController:
         for note in output.get("socialbias_notes", []):
             self.state.aggregator.note(note)
         self.state.aggregator.suite_files.update(output.get("socialbias_suites", {}))
+        for line in output.get("socialbias_collection", []):
+            if line not in self.collection:  # every worker collects every file
+                self.collection.append(line)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        for line in self.collection:
+            terminalreporter.write_line(line)
 
 
 class Controller:

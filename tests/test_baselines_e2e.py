@@ -114,6 +114,10 @@ def test_fairmt_suite_collects_nothing_without_the_option(pytester, keys, server
     alone = pytester.runpytest("demo.yaml", *model_args(server))
     alone.stdout.fnmatch_lines(["socialbias: *demo.yaml: suite fairmt has no cases: it reads the official FairMT-Bench "
                                 "release files, which are not shipped; pass --socialbias-fairmt-dir=DIR*"])
+    # Under xdist only the workers collect: the controller prints their line once.
+    spread = pytester.runpytest("demo.yaml", *model_args(server), "-n", "2")
+    spread.stdout.fnmatch_lines(["socialbias: *demo.yaml: suite fairmt has no cases: it reads the official FairMT-Bench*"])
+    assert spread.stdout.str().count("suite fairmt has no cases") == 1
 
 
 def test_judge_equal_to_target_warns(pytester, keys, server):

@@ -406,6 +406,9 @@ def test_a_bare_pytest_runs_only_the_ordinary_tests_and_says_how_to_run_the_suit
     bare.stdout.fnmatch_lines(["socialbias: 1 suite file(s) not collected (bias/demo.yaml): a bare `pytest` runs only "
                                "the ordinary tests; name the suites*"])
     assert "local" not in bare.stdout.str()  # the embedded model was never started
+    spread = pytester.runpytest("-p", "no:randomly", "-n", "2")  # only xdist's workers collect
+    spread.assert_outcomes(passed=1)
+    assert spread.stdout.str().count("socialbias: 1 suite file(s) not collected (bias/demo.yaml)") == 1
     named = pytester.runpytest("bias", *model_args(server), "-p", "no:randomly")
     assert_outcomes(named, passed=1, biased=1)
     with_model = pytester.runpytest(*model_args(server), "-p", "no:randomly")
