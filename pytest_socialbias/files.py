@@ -125,7 +125,12 @@ def _hint(error) -> str:
     required = schema.get("required") or []
     if error.validator == "type" and isinstance(error.instance, list) and len(required) == 1 and not error.absolute_path:
         return f" (put the list under a top-level `{required[0]}:` key)"
-    if error.validator == "pattern" and schema.get("description"):
+    if error.validator == "required" and isinstance(error.instance, dict):
+        properties = schema.get("properties") or {}
+        missing = [k for k in required if k not in error.instance and (properties.get(k) or {}).get("description")]
+        if missing:
+            return f" ({missing[0]}: {properties[missing[0]]['description']})"
+    if error.validator not in ("required", "additionalProperties") and schema.get("description"):
         return f" ({schema['description']})"
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = list(schema.get("properties") or {})

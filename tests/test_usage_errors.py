@@ -159,7 +159,12 @@ def test_bad_thresholds_file(pytester, keys, server, text, needles):
     "text, needles",
     [
         ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases:\n  - id: a\n    category: gendr\n    group: g\n    statement: s\n",
-         ["demo.yaml:6", "cases[0].category", "'gendr' is not one of"]),
+         ["demo.yaml:6", "cases[0].category", "'gendr' is not one of",
+          "(the bias category: age, appearance, disability, gender, race or religion)"]),
+        # Every problem, each quoting what the field is for.
+        ("socialbias: 1\nsuite: demo\nprotocol: smoke\nturns: two\ncases:\n  - id: a\n    category: age\n    group: g\n",
+         ["demo.yaml:4: at turns: expected a whole number, found text (turns per dialogue, a whole number 1-50;",
+          "demo.yaml:6: at cases[0]: 'statement' is a required property (statement: the stereotype under test"]),
         ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases: [\n", ["demo.yaml:", "not valid YAML"]),
         ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases: []\n", ["demo.yaml:4", "cases", "should be non-empty"]),
         ("socialbias: 1\nsuite: demo\nprotocol: smoke\ncases:\n  - id: a\n    category: age\n    group: g\n    statement: s\n"
