@@ -118,8 +118,9 @@ def test_an_unknown_suite_is_one_line_naming_the_shipped_ones(tmp_path, capsys):
     assert "benevdial-detect" in capsys.readouterr().out
 
 
-def _run_project(python: Path, project: Path, server, *extra: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "PYTEST_"))}
+def _run_project(python: Path, project: Path, server, *extra: str, clean: bool = False) -> subprocess.CompletedProcess:
+    drop = ("OPENAI_", "ANTHROPIC_", "PYTEST_") + (("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV") if clean else ())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.update(OPENAI_API_KEY="sk-test-not-a-real-key", PYTEST_ADDOPTS="-p no:randomly")
     return subprocess.run(
         [str(python), "-m", "pytest", "suites/", *model_args(server), "-p", "no:cacheprovider",
@@ -157,30 +158,32 @@ def test_the_built_wheel_carries_the_starter_and_its_project_runs(tmp_path, serv
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
     wheel = next((tmp_path / "dist").glob("pytest_socialbias-*.whl"))
 
+    # The fresh environment sees only what it installed (and the dependencies below).
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                               capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                               capture_output=True, text=True, timeout=600, cwd=tmp_path, env=clean)
     assert installed.returncode == 0, installed.stderr[-3000:]
     # The dependencies, from this environment's site-packages (after the venv's own).
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+                          capture_output=True, text=True, check=True, cwd=tmp_path, env=clean).stdout.strip()
     ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "openai").is_dir())
     Path(site, "socialbias-test-deps.pth").write_text(ours + "\n")
 
     where = subprocess.run([str(python), "-c", "import pytest_socialbias.starter as s; print(s.shipped_root())"],
-                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env=clean)
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()) == Path(site) / "pytest_socialbias" / "_shipped"
 
     project = tmp_path / "proj"
     done = subprocess.run([str(python), "-m", "pytest_socialbias", "init", str(project), "--suite", "smoke",
-                           "--suite", "dymt"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                           "--suite", "dymt"], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=clean)
     assert done.returncode == 0, done.stderr
     assert (project / "suites" / "dymt" / "seeds.yaml").is_file()
     assert {g.suite for g in load_gates(project / "thresholds.yaml")} == {"smoke", "dymt", "judge-check"}
-    done = _run_project(python, project, server, "-k", "smoke")
+    done = _run_project(python, project, server, "-k", "smoke", clean=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "socialbias: 15 gate(s) from thresholds.yaml" in done.stdout  # smoke 2, dymt 12, judge-check 1
     assert "gates: 0 failed of 15" in done.stdout
