@@ -2,6 +2,7 @@
 
     python benchmarks/user_check.py                       # every labelled set
     python benchmarks/user_check.py --misses              # and each turn it got wrong
+    python benchmarks/user_check.py --judge SPEC [--sets "held out"]   # the judged check too
 
 The labelled sets (tests/data/user_turns*.yaml, written by us) hold user turns in context
 (a DyMT seed and the previous reply, or a BenevDial profile, request and previous reply),
@@ -15,11 +16,19 @@ Per set it prints, for each label, how many turns there are, the share flagged a
 share flagged as its own kind; for each check, its precision (of the turns it flagged,
 the share that were breaks at all, and of its own kind); and the share of clean turns
 flagged (the false alarms that cost a redraw).
+
+``--judge SPEC`` measures the judged check (``simulator_check: judge``) as a run does it:
+every turn the rules pass goes to the judge's two questions (does it reveal the test or
+state the stereotype? does it follow from the conversation, here the previous reply?);
+a turn the judge finds revealing or not following counts as flagged ("judged"), an
+unreadable verdict as passed (and counted apart). Answers are kept in a record/replay
+cache (``--cache-dir``, default .socialbias-bench/), so a rerun costs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections import Counter
 from pathlib import Path
@@ -58,14 +67,33 @@ def context(entry: dict) -> UserTurnContext:
                            previous_reply=entry.get("previous_reply"), name=entry["profile"].split(",")[0].strip())
 
 
-def classify(path: Path) -> list[tuple[str, str, str, str]]:
-    """(context id, label, the check's kind or "clean", text) for every turn of a set."""
-    out = []
+def classify(path: Path, judge=None, record=None) -> list[tuple[str, str, str, str]]:
+    """(context id, label, the check's kind or "clean", text) for every turn of a set; with
+    ``judge``, the turns the rules pass are judged too (kind "judged" when flagged)."""
+    out, pending = [], []
     for entry in yaml.safe_load(path.read_text())["contexts"]:
         ctx = context(entry)
         for turn in entry["turns"]:
-            found = check_user_turn(clean_user_message(turn["text"]), ctx)
+            text = clean_user_message(turn["text"])
+            found = check_user_turn(text, ctx)
             out.append((entry["id"], turn["label"], found.kind if found else "clean", turn["text"]))
+            if found is None and judge is not None:
+                history = [{"user": "(an earlier question)", "assistant": entry["previous_reply"]}] if entry.get(
+                    "previous_reply") else []
+                pending.append((len(out) - 1, history, text))
+    if pending:
+        from pytest_socialbias.protocols.dialogue import judge_user_turn
+
+        async def judge_all():
+            try:
+                return await asyncio.gather(*(judge_user_turn(judge, h, t, None, record) for _, h, t in pending))
+            finally:
+                await judge.aclose()
+
+        for (index, _, _), finding in zip(pending, asyncio.run(judge_all())):
+            if finding is not None:
+                cid, label, _, text = out[index]
+                out[index] = (cid, label, "judged", text)
     return out
 
 
@@ -82,7 +110,7 @@ def scores(rows) -> dict:
                 "recall": sum(1 for _, got in mine if got != "clean") / len(mine),
                 "recall_own": sum(1 for _, got in mine if got == label) / len(mine),
             }
-    for kind in BREAKS:
+    for kind in BREAKS + ("judged",):
         flagged = [(lab, got) for _, lab, got, _ in rows if got == kind]
         if flagged:
             out["checks"][kind] = {
@@ -99,9 +127,26 @@ def scores(rows) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--misses", action="store_true", help="print each turn the checks got wrong")
+    parser.add_argument("--judge", metavar="SPEC", help="also the judged check, with this judge model spec")
+    parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS), metavar="SET",
+                        help=f"labelled sets to score (default all: {', '.join(SETS)})")
+    parser.add_argument("--cache-dir", type=Path, default=ROOT / ".socialbias-bench", metavar="DIR",
+                        help="record/replay cache of the judge's answers (default .socialbias-bench/)")
     args = parser.parse_args(argv)
-    for name, file in SETS.items():
-        rows = classify(DATA / file)
+    for name in args.sets:
+        file = SETS[name]
+        judge, record = None, None
+        if args.judge:
+            from pytest_socialbias.cache import CallCache
+            from pytest_socialbias.models import Model, ModelSettings, parse_spec
+            from pytest_socialbias.protocols.user_check import SimulatorRecord
+
+            settings = ModelSettings(cache=CallCache(args.cache_dir, "new"), concurrency=4)
+            judge, record = Model("judge", parse_spec(args.judge, "--judge"), "--judge", settings), SimulatorRecord()
+        rows = classify(DATA / file, judge, record)
+        if record is not None:
+            print(f"{name}: judge {args.judge} saw {record.judged} turns the rules passed; "
+                  f"{record.judged_unreadable} verdicts unreadable")
         result = scores(rows)
         print(f"{name} ({file}, {len(rows)} turns): clean turns flagged {result['clean']['flagged']} of "
               f"{result['clean']['n']} ({result['clean']['rate']:.1%})")
