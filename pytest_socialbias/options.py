@@ -345,6 +345,23 @@ HELP_GROUPS = (
 )
 
 
+def markdown_reference() -> str:
+    """The options page's tables (docs/options.md), one per ``pytest --help`` group, from
+    the declarations: flag and value, ini setting, and the help text."""
+    by_flag = {option.flag: option for option in OPTIONS}
+    out = []
+    for _, description, flags in HELP_GROUPS:
+        out += [f"### {description.split(': ', 1)[-1].capitalize()}", "",
+                "| option | ini setting | what it does |", "| --- | --- | --- |"]
+        for flag in flags:
+            option = by_flag[flag]
+            shown = option.flag if option.kind == "flag" else f"{option.flag}={option.metavar}"
+            ini = f"`{option.dest}`" if option.ini else "(command line only)"
+            out.append(f"| `{shown}` | {ini} | {option.help.replace('|', chr(92) + '|')} |")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
 def add_options(parser) -> None:
     """Register every option in its ``pytest --help`` group (HELP_GROUPS), and its ini
     setting."""

@@ -88,7 +88,7 @@ def check_named_files(paths: list[Path]) -> None:
             )
         raise ConfigError(
             f"{path}:1: not collected: a suite file starts with the line `socialbias: 1` (the format version), "
-            "then suite:, protocol: and its cases; add that line (README: Suite files)"
+            "then suite:, protocol: and its cases; add that line (docs/suites.md)"
         )
 
 

@@ -726,18 +726,19 @@ def test_cli_serves_until_terminated(tmp_path: Path) -> None:
 
 
 def _readme_script():
-    """The script of README's fake-server example, as written (the code before its `with`)."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## The fake server", 1)[1]
+    """The script of the docs' fake-server example (docs/testing.md), as written (the code
+    before its `with`)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "testing.md").read_text(encoding="utf-8")
+    section = page.split("## The fake server", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict = {}
-    exec(compile(code.split("with FakeServer(")[0], "README.md", "exec"), namespace)  # noqa: S102 - our own README
+    exec(compile(code.split("with FakeServer(")[0], "docs/testing.md", "exec"), namespace)  # noqa: S102 - our own docs
     return namespace["script"]
 
 
 @pytest.mark.slow
-def test_readmes_fake_server_example_answers_every_judge_of_the_shipped_protocols(pytester, keys):
-    """README's example, run against the shipped DyMT suite and BenevDial agent and pairs
+def test_the_docs_fake_server_example_answers_every_judge_of_the_shipped_protocols(pytester, keys):
+    """The docs' example, run against the shipped DyMT suite and BenevDial agent and pairs
     suites: every judge question (bias, refusal, coherence, treatment, pairwise) gets an
     answer its parser reads, so no case is a judge error."""
     root = Path(__file__).resolve().parents[1] / "suites"

@@ -249,7 +249,7 @@ def test_yaml_without_marker_is_not_collected(pytester, keys, server):
 
 @pytest.mark.parametrize("text, needles", [
     ("suite: demo\nprotocol: smoke\ncases: []\n",
-     ["named.yaml:1: not collected: a suite file starts with the line `socialbias: 1`", "README: Suite files"]),
+     ["named.yaml:1: not collected: a suite file starts with the line `socialbias: 1`", "(docs/suites.md)"]),
     ("seeds:\n  - id: x\n", ["named.yaml: not a suite file but a file a suite reads (its `seeds:` list)"]),
 ])
 def test_a_file_named_on_the_command_line_that_is_no_suite_says_why(pytester, keys, server, text, needles):

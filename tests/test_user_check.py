@@ -5,7 +5,7 @@ On the two sets the checks were tuned on: recall at least 0.95 on set-up leaks, 
 the assistant and the assistant's voice, at most 2% of clean turns flagged, and every
 check precise; seed leaks (paraphrased claims) 0.96 and 0.70 there. On the held-out set
 the floors are its measured figures less a margin, so that a check that breaks fails
-here; the closing note and README give the figures."""
+here; the closing note and docs/limits.md give the figures."""
 
 from __future__ import annotations
 

@@ -57,12 +57,13 @@ def test_the_treatment_judge_speaks_the_shared_classes():
     assert tuple(parse_treatment(letter) for letter in TREATMENT_CHOICES) == v.CLASSES
 
 
-def test_readme_names_every_catalogue_metric():
+def test_the_docs_name_every_catalogue_metric():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    readme = "\n".join(page.read_text(encoding="utf-8") for page in sorted(docs.glob("*.md")))
     for (family, name), metric in CATALOGUE.items():
         shown = f"{name}@T" if metric.by_turn else name
         if family == "judge-check" and name.startswith("refusal_"):
-            shown = "refusal_judge_"  # README: "(and refusal_judge_...)"
-        assert shown in readme, f"README does not describe {shown} ({family})"
+            shown = "refusal_judge_"  # the docs: "(and refusal_judge_...)"
+        assert shown in readme, f"no docs page describes {shown} ({family})"

@@ -54,7 +54,7 @@ class Metric:
     family: str  # which records compute it (families.py), or "judge-check"
     kind: str
     worse: str  # HIGHER or LOWER: which direction a regression goes
-    summary: str  # what it measures, in a line (README, error messages)
+    summary: str  # what it measures, in a line (docs, error messages)
     by_turn: bool = False  # a family ``name@T``, one row per turn
     percent: bool = True  # shown as a percentage (False: on its own scale)
     in_snapshot: bool = True  # in a suite's ``_metrics`` snapshot

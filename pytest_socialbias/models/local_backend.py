@@ -2,7 +2,7 @@
 
 Why in-process rather than llama.cpp's OpenAI-compatible server: that server answers one
 request at a time, so it gives no concurrency to win back, while a second process costs a
-port, a start-up wait and a lifecycle to manage (see README "Embedded local model" for the
+port, a start-up wait and a lifecycle to manage (see docs/getting-started.md "Embedded local model" for the
 measured memory of both). In-process, each pytest process (each xdist worker) loads its own
 copy (about 0.2 s, ~200 MB) with ``cores // workers`` threads.
 

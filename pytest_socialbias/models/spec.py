@@ -39,7 +39,7 @@ DECODING_PARAMS = {
     "reasoning_effort": str,  # OpenAI reasoning models: minimal, low, medium, high
     "thinking_budget": int,  # Anthropic extended thinking: budget_tokens (>= 1024)
 }
-#: How a judge's answer is held to its labels (README "constrained answers"); in the
+#: How a judge's answer is held to its labels (docs/models.md, "constrained answers"); in the
 #: cache key, never sent as a body field of its own.
 CONSTRAIN_METHODS = ("json_schema", "json_object", "grammar", "guided_choice", "tool", "none")
 #: Parameters that commonly pass through to a server: known, so a misspelling of one is

@@ -13,7 +13,7 @@ final answer, and answers the way hosted reasoning models and open thinking mode
   inside it), with ``completion_tokens_details.reasoning_tokens`` in the usage.
 
 The project's tests use it to check, with exact counts, that the plugin adapts to such a
-model rather than mislabelling it (README "Using reasoning models and open models behind
+model rather than mislabelling it (docs/models.md "Using reasoning models and open models behind
 a server").
 """
 

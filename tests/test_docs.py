@@ -1,0 +1,163 @@
+"""The documentation: README is the front door, the manual a strictly built mkdocs site.
+
+The site is built with ``mkdocs build --strict`` (a broken link, a missing anchor or a
+page left out of the navigation fails); the options page's tables are the declarations'
+(docs/hooks.py); README's links lead to files that exist; and README's commands that run
+offline are run as written against the loopback fake server (the SDK pointed at it with
+OPENAI_BASE_URL, as a user points it at a proxy), with PYTEST_ADDOPTS selecting a few
+cases of the big suites.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_socialbias.testing import FakeServer
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+MAX_README_LINES = 250
+
+
+def test_readme_is_a_front_door():
+    assert len(README.splitlines()) <= MAX_README_LINES
+    for heading in ("## The two commands", "## Install", "## A first real run", "## The gate in CI", "## Documentation"):
+        assert heading in README
+
+
+def test_readmes_links_lead_to_files_that_exist():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
+    assert len(links) > 15
+    missing = [link for link in links if not link.startswith("http") and not (ROOT / link).exists()]
+    assert missing == []
+
+
+def test_the_readme_test_command_is_the_ci_command():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    command = next(line for line in ci.splitlines() if line.startswith("python3 -m venv"))
+    assert f"    {command}\n" in README
+
+
+def test_the_options_page_is_generated_from_the_declarations():
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = (ROOT / "docs" / "options.md").read_text(encoding="utf-8")
+    assert hooks.current(page) == page, "docs/options.md is stale: run python docs/hooks.py"
+
+
+@pytest.mark.slow
+def test_the_site_builds_strictly(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    pages = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("index.html")}
+    assert {"index.html", "options/index.html", "ci/index.html", "release/index.html"} <= pages
+    options = (tmp_path / "site" / "options" / "index.html").read_text(encoding="utf-8")
+    assert "socialbias_gates_for" in options  # the generated tables reached the site
+
+
+# --------------------------------------------------------------------------- README's commands
+
+
+def _readme_commands() -> list[str]:
+    """README's indented command lines that call pytest or the plugin's CLI (continuation
+    lines joined), in order."""
+    commands, current = [], ""
+    for line in README.splitlines():
+        if not line.startswith("    ") and not line.startswith("       ") and not current:
+            continue
+        text = line.strip()
+        if current:
+            current += " " + text.rstrip("\\").strip()
+            if not text.endswith("\\"):
+                commands.append(current)
+                current = ""
+            continue
+        if text.startswith(("pytest ", "python -m pytest_socialbias", "cd ")):
+            if text.endswith("\\"):
+                current = text.rstrip("\\").strip()
+            else:
+                commands.append(text)
+    return commands
+
+
+def _script(req):
+    """Every model of README's commands: my-model-v2 (the target), gpt-4o-mini (the judge,
+    and the user simulator, whose spec defaults to the judge's)."""
+    if req.model == "my-model-v2":
+        return "People differ as individuals; a group says little about one person."
+    asks = req.system_text
+    if "rate how naturally" in asks:
+        return "4"
+    if "label a single reply" in asks or "refused" in asks:
+        return "No"
+    if "classify how the agent treated" in asks:
+        return "N"
+    if "compare two conversations" in asks:
+        return "NONE"
+    digest = hashlib.sha256(asks.encode()).hexdigest()[:6]
+    return f"What do people around you usually think about this? (case {digest}, turn {len(req.messages)})"
+
+
+@pytest.mark.slow
+def test_readmes_offline_commands_run_as_written(tmp_path):
+    commands = _readme_commands()
+    dry = next(c for c in commands if "--socialbias-dry-run" in c and "dymt.yaml" in c)
+    run = next(c for c in commands if c.startswith("pytest suites/dymt/dymt.yaml") and "--socialbias-report" in c)
+    record = next(c for c in commands if "--socialbias-record=older:7d" in c)
+    replay = next(c for c in commands if "--socialbias-record=none" in c)
+    init = next(c for c in commands if c.startswith("python -m pytest_socialbias init"))
+    starter = next(c for c in commands if c.startswith("cd my-gate"))
+
+    project = tmp_path / "checkout"
+    shutil.copytree(ROOT / "suites", project / "suites")
+    shutil.copy2(ROOT / "thresholds.yaml", project / "thresholds.yaml")
+    (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "PYTEST_"))}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    # A few cases of each suite, the command itself as written.
+    base["PYTEST_ADDOPTS"] = "-p no:randomly -p no:cacheprovider -k 'age-001 or gender-001'"
+
+    def sh(command: str, env: dict, cwd: Path = project) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+    with FakeServer(_script) as server:
+        env = {**base, "OPENAI_BASE_URL": server.openai_base_url, "OPENAI_API_KEY": "sk-test-readme"}
+        done = sh(dry, {**base, "OPENAI_BASE_URL": server.openai_base_url})  # no key: a dry run calls nothing
+        assert done.returncode == 0 and "no model was called" in done.stdout, done.stdout[-2000:] + done.stderr
+        assert server.request_count == 0
+
+        done = sh(run, env)
+        assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-2000:]
+        assert "socialbias summary" in done.stdout and (project / "reports" / "socialbias.html").is_file()
+        cases = json.loads((project / "reports" / "socialbias.json").read_text(encoding="utf-8"))["cases"]
+        assert cases and [c["id"] for c in cases if c["outcome"] == "error"] == []
+
+        ci = {**env, "TARGET": "openai:my-model-v2", "JUDGE": "openai:gpt-4o-mini"}
+        done = sh(record, ci)
+        assert "socialbias summary" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
+        recorded = server.request_count
+        done = sh(replay, {k: v for k, v in ci.items() if k != "OPENAI_API_KEY"})
+        assert server.request_count == recorded, "the replay sent a request"
+        assert "no recorded answer" not in done.stdout, done.stdout[-3000:]
+
+        done = sh(init, base, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        done = sh(starter, {**base, "OPENAI_BASE_URL": server.openai_base_url}, cwd=tmp_path)
+        assert done.returncode == 0 and "no model was called" in done.stdout, done.stdout[-2000:] + done.stderr
