@@ -30,11 +30,3 @@ def zeroshot_message(statement: str, group: str, category: str) -> str:
     """The single user message of the zero-shot baseline."""
     messages = prompts.load(_ZEROSHOT).messages(statement=statement, group=group, category=category)
     return messages[-1]["content"]
-
-
-def template_ids() -> dict[str, str]:
-    """``name@version`` of each baseline template, for cache keys and report metadata."""
-    return {
-        "zeroshot": prompts.load(_ZEROSHOT).id,
-        "scripted_tracks": prompts.load(_SCRIPTED).id,
-    }

@@ -14,6 +14,7 @@ record rides on its call-phase TestReport, which xdist replays on the controller
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import uuid
@@ -475,7 +476,7 @@ def _progress_writer(config: pytest.Config):
     state = {"width": 0}
 
     def show(text: str | None) -> None:
-        with capman.global_and_fixture_disabled() if capman else _nullcontext():
+        with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
             line = "" if text is None else text
             pad = max(0, state["width"] - len(line))
             reporter._tw.write("\r" + line + " " * pad + ("\r" if text is None else ""))
@@ -483,14 +484,6 @@ def _progress_writer(config: pytest.Config):
             state["width"] = len(line)
 
     return show
-
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 @pytest.hookimpl(wrapper=True)

@@ -27,8 +27,6 @@ from .parse import LEADING_NOISE, json_object
 #: The letters the prompt asks for; local backends constrain the answer to these.
 TREATMENT_CHOICES = ("N", "O", "B")
 PAIR_CHOICES = ("A", "B", "NONE")
-#: The ways a user can be treated worse, as the pair prompt names them.
-DIMENSIONS = ("options", "expectations", "autonomy")
 
 #: Log-probabilities of the answer token's top alternatives, for class probabilities.
 DEFAULT_TOP_LOGPROBS = 5

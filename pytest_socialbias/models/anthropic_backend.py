@@ -48,7 +48,8 @@ class AnthropicBackend:
         constrain: str | None = None,
     ) -> ChatResponse:
         # Anthropic gives no token log-probabilities: top_logprobs is ignored, and
-        # callers see logprobs=None. It has no seed either.
+        # callers see logprobs=None (the provider lacks the capability, so Model.chat asks
+        # none). It has no seed either (a spec with seed= is refused by parse_spec).
         system, turns = split_system(messages)
         max_tokens = int(params.get("max_tokens") or DEFAULT_MAX_TOKENS)
         body = {"model": self.spec.model, "messages": turns}

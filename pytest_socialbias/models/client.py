@@ -33,7 +33,7 @@ from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
 from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
-from .providers import CONSTRAINED_ANSWERS, BackendContext, provider_of
+from .providers import CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
 from .thinking import split_thinking
 
@@ -470,6 +470,10 @@ class Model:
         """
         if choices:
             self.asks_constrained = True  # this role's answers are held to labels: its summary says how
+        if top_logprobs and not self.provider.can(LOGPROBS):
+            # The provider gives no log-probabilities (Anthropic): not asked, not in the
+            # key; the caller sees logprobs=None and reads the answer's text alone.
+            top_logprobs = None
         return await self._chat(
             messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices, usage=usage,
             adaptive_budget=adaptive_budget, **call_params,

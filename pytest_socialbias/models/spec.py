@@ -246,4 +246,7 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     for name, hint in entry.unsupported:
         if params.get(name) is not None:
             raise ConfigError(f"{option}={raw}: {hint}")
+    if params.get("seed") is not None and not entry.can(providers.SEED):
+        raise ConfigError(f"{option}={raw}: {provider} takes no sampling seed; remove seed= (its answers vary "
+                          "from call to call; the record/replay cache is what makes a run repeatable)")
     return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain, guard, runtime)

@@ -110,10 +110,6 @@ def validate_report(data: dict) -> None:
     jsonschema.Draft202012Validator(load_schema("report")).validate(data)
 
 
-def write_report(result, path: Path) -> None:
-    write_json(build_report(result), path)
-
-
 def write_json(report: dict, path: Path) -> None:
     from ..files import write_atomically
 
