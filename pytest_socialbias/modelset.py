@@ -12,7 +12,7 @@ from . import heap
 from .cache import CallCache
 from .errors import ConfigError
 from .judges.binary import JUDGE_PARAMS, YES_NO
-from .judges.guards import GUARD_KINDS, GUARD_PARAMS, guard_kind, guard_kind_from_model
+from .judges.guards import GUARD_PARAMS, GUARDS, guard_kind, guard_kind_from_model
 from .models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
 from .models.client import EndpointCheck
 from .models.providers import provider_of
@@ -101,7 +101,7 @@ class ModelSet:
             if self.guard_kind is None:
                 raise ConfigError(
                     f"--socialbias-guard={s.guard}: cannot tell the guard's output format from the model "
-                    f"name; pass --socialbias-guard-kind (one of {', '.join(GUARD_KINDS)})"
+                    f"name; pass --socialbias-guard-kind (one of {', '.join(GUARDS.names())})"
                 )
             self._guard_settings()
 

@@ -16,7 +16,7 @@ from typing import Callable
 from .cache import parse_record_mode
 from .cases import SuiteOverrides
 from .errors import ConfigError
-from .judges.guards import GUARD_KINDS
+from .judges.guards import GUARDS
 from .protocols.dialogue import GUARD_POLICIES
 from .protocols.user_check import SIMULATOR_CHECKS
 from .vocabulary import GUARD_UNITS, GUIDANCE
@@ -43,7 +43,7 @@ class Option:
     metavar: str = "VALUE"
     default: str | None = None  # as the text an ini file would hold
     parse: Callable | None = None  # (text, option, where) -> value; None: the text itself
-    choices: tuple = ()
+    choices: tuple | Callable[[], tuple] = ()  # a callable: read when the value is checked
     kind: str = "value"  # "value", "append" (repeatable) or "flag" (store_true)
     ini: bool = True
 
@@ -52,8 +52,10 @@ class Option:
             return bool(raw) if raw is not None else None
         if raw in (None, "") or raw == []:
             return None
-        if self.choices and raw not in self.choices:
-            raise ConfigError(f"{self.flag}={raw!r}: expected {_one_of(self.choices)}")
+        # Choices are a tuple, or a registry's names read now (so late registrations count).
+        choices = self.choices() if callable(self.choices) else self.choices
+        if choices and raw not in choices:
+            raise ConfigError(f"{self.flag}={raw!r}: expected {_one_of(choices)}")
         return self.parse(raw, self, where) if self.parse is not None else raw
 
 
@@ -179,8 +181,9 @@ OPTIONS: tuple[Option, ...] = (
         "guard model spec (Llama Guard 3, ShieldGemma, Qwen3Guard, Granite Guardian, WildGuard behind an "
         "OpenAI-compatible endpoint): screens every target reply in DyMT suites (blocked share by turn, bias "
         "rate among replies that pass); in BenevDial detector suites it is a detector")),
-    Option("--socialbias-guard-kind", "socialbias_guard_kind", "guard_kind", metavar="KIND", choices=GUARD_KINDS,
-           help="the guard's output format when the model name does not tell: " + _one_of(GUARD_KINDS)),
+    Option("--socialbias-guard-kind", "socialbias_guard_kind", "guard_kind", metavar="KIND", choices=GUARDS.names,
+           help="the guard's output format when the model name does not tell: " + _one_of(GUARDS.names())
+           + " (and any kind a conftest.py registers)"),
     Option("--socialbias-guard-risk", "socialbias_guard_risk", "guard_risk", metavar="RISK", help=(
         "the risk criterion a Granite Guardian is asked about, named as its chat template names it "
         "(social_bias by default; harm, violence, profanity, ...); the spec parameter risk= does the same")),

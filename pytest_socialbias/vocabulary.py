@@ -55,16 +55,6 @@ GUARD_UNITS = ("turn", "context", "exchange")
 
 # ---- protocols and outcomes ------------------------------------------------------------
 
-#: Protocol names a suite file may give (``protocol:``); each has an entry in protocols/.
-PROTOCOL_NAMES = (
-    "smoke",
-    "dymt",
-    "zeroshot",
-    "scripted",
-    "benevdial_agent",
-    "benevdial_pairs",
-    "benevdial_detect",
-)
 #: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
 #: stayed unreadable; such cases are counted and listed, never folded into a rate.
 OUTCOMES = ("clean", "biased", "refused", "error")

@@ -10,8 +10,7 @@ import pytest
 
 from pytest_socialbias.errors import ModelCallError
 from pytest_socialbias.judges.guards import (
-    GUARD_KINDS,
-    PARSERS,
+    GUARDS,
     UNITS,
     GuardVerdict,
     guard_kind_from_model,
@@ -84,7 +83,8 @@ def test_guard_kind_from_model(name, kind):
 
 
 def test_every_kind_has_a_parser():
-    assert set(PARSERS) == set(GUARD_KINDS)
+    assert set(GUARDS.names()) == {"llama-guard-3", "shieldgemma", "qwen3guard", "granite-guardian", "wildguard"}
+    assert all(callable(guard.parse) for guard in GUARDS.values())
 
 
 # --------------------------------------------------------------------------- guard_messages

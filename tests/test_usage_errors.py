@@ -171,7 +171,7 @@ def test_bad_thresholds_file(pytester, keys, server, text, needles):
          "  - id: a\n    category: age\n    group: g\n    statement: t\n",
          ["demo.yaml:9", "duplicate case id 'a'"]),
         ("socialbias: 1\nsuite: demo\nprotocol: dymt2\ncases:\n  - id: a\n    category: age\n    group: g\n    statement: s\n",
-         ["demo.yaml:3", "protocol", "'dymt2' is not one of"]),
+         ["demo.yaml:3", "unknown protocol 'dymt2' (did you mean 'dymt'?)", "register_protocol"]),
     ],
 )
 @pytest.mark.parametrize("how", [["demo.yaml"], ["."], ["demo.yaml", "-n", "2"]])

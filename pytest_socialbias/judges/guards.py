@@ -6,7 +6,7 @@ read its answer in the format that guard was trained to produce, and apply that 
 own rule for "flagged"; we never re-prompt a guard with our judge questions, and an
 answer that does not fit the guard's format is recorded as unreadable, never guessed.
 
-Supported guards (``GUARD_KINDS``):
+Supported guards (``GUARDS``, a registry: a project can register more):
 
 ``llama-guard-3``
     Meta's Llama Guard (2, 3 and 4 share the format). Its chat template wraps the
@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import prompts
+from ..registry import Registry
 from ..vocabulary import GUARD_UNITS
 from .parse import parse_binary
 
@@ -411,12 +412,13 @@ class GuardKind:
         return f"guard:{self.name}:{unit}@{self.version}"
 
 
-_GUARDS: dict[str, GuardKind] = {}
+#: Every guard kind (registry.py): the plugin's below, and any a project's conftest.py
+#: registers (its name then counts as a --socialbias-guard-kind choice).
+GUARDS: Registry[GuardKind] = Registry("guard kind")
 
 
 def register_guard(guard: GuardKind) -> GuardKind:
-    _GUARDS[guard.name] = guard
-    return guard
+    return GUARDS.register(guard)
 
 
 # Default units: Llama Guard, Granite Guardian and Qwen3Guard judge an agent turn with the
@@ -446,24 +448,11 @@ register_guard(GuardKind(
     parse=lambda text, logprobs, strict: parse_wildguard(text),
 ))
 
-GUARD_KINDS = tuple(_GUARDS)
-#: Each kind's parser with its default reading (for tests and tools).
-PARSERS = {
-    "llama-guard-3": parse_llama_guard,
-    "shieldgemma": parse_shieldgemma,
-    "qwen3guard": parse_qwen3guard,
-    "granite-guardian": parse_granite_guardian,
-    "wildguard": parse_wildguard,
-}
-
 
 def guard_kind(kind: str) -> GuardKind:
-    guard = _GUARDS.get(kind)
+    guard = GUARDS.get(kind)
     if guard is None:
-        raise ValueError(
-            f"unknown guard kind {kind!r}; expected one of {', '.join(_GUARDS)} "
-            "(guard_kind_from_model can guess it from the model id)"
-        )
+        raise ValueError(GUARDS.unknown(kind) + " (guard_kind_from_model can guess it from the model id)")
     return guard
 
 
@@ -473,7 +462,7 @@ def guard_kind_from_model(model_name: str) -> str | None:
     Any Llama Guard version maps to ``llama-guard-3``: they share the output format.
     """
     name = re.sub(r"[\s_]+", "-", (model_name or "").lower())
-    for guard in _GUARDS.values():
+    for guard in GUARDS.values():
         if guard.model_pattern.search(name):
             return guard.name
     return None

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from ..registry import Registry
 from ..vocabulary import JUDGE_CHECK_SUITE
 from . import benevdial, detection, dialogue
 from .rates import BOUNDED_WILSON, CLUSTER_WILSON, DIRICHLET, NEWCOMBE, WILSON
@@ -100,7 +101,9 @@ class Metric:
         return [f"{self.name}@{t}" for t in range(1, turns + 1)] if self.by_turn else [self.name]
 
 
-CATALOGUE: dict[tuple[str, str], Metric] = {}
+#: Every metric, under (family, name) (registry.py): the plugin's below, and any a
+#: project's conftest.py adds.
+CATALOGUE: Registry[Metric] = Registry("metric", key=lambda metric: (metric.family, metric.name))
 
 
 def add(metric: Metric) -> Metric:
@@ -111,12 +114,11 @@ def add(metric: Metric) -> Metric:
         raise ValueError(f"{metric.name}: a statistic needs its statistic function")
     if metric.kind != STATISTIC and metric.value is None:
         raise ValueError(f"{metric.name}: a rate or mean needs its value function")
-    CATALOGUE[(metric.family, metric.name)] = metric
-    return metric
+    return CATALOGUE.register(metric)
 
 
 def remove(name: str, family: str) -> None:
-    CATALOGUE.pop((family, name), None)
+    CATALOGUE.unregister((family, name))
 
 
 _PER_TURN = re.compile(r"^(?P<name>.+)@(?P<turn>[1-9][0-9]*)$")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError
+from ..registry import Registry
 from .local_backend import DEFAULT_NAME as EMBEDDED_MODEL
 
 #: Capabilities a backend may have.
@@ -123,25 +124,26 @@ class Provider:
         )
 
 
-_REGISTRY: dict[str, Provider] = {}
+#: Every provider a spec can name (registry.py): the plugin's below, and any a project's
+#: conftest.py registers.
+PROVIDERS: Registry[Provider] = Registry("provider")
 
 
 def register(provider: Provider) -> Provider:
     """Add (or replace) a provider; its name becomes valid in model specs."""
-    _REGISTRY[provider.name] = provider
-    return provider
+    return PROVIDERS.register(provider)
 
 
 def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
+    PROVIDERS.unregister(name)
 
 
 def names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+    return PROVIDERS.names()
 
 
 def get(name: str) -> Provider | None:
-    return _REGISTRY.get(name)
+    return PROVIDERS.get(name)
 
 
 def resolve_bare(name: str, option: str, raw: str) -> str:
@@ -156,10 +158,10 @@ def resolve_bare(name: str, option: str, raw: str) -> str:
             f"start a vLLM server for it, server:{name}?command=... for another server, or "
             "openai:MODEL@http://HOST:PORT/v1 for one you started"
         )
-    claims = [p.name for p in _REGISTRY.values() if p.bare_names is not None and p.bare_names.fullmatch(name)]
+    claims = [p.name for p in PROVIDERS.values() if p.bare_names is not None and p.bare_names.fullmatch(name)]
     if len(claims) == 1:
         return f"{claims[0]}:{name}"
-    spellings = ", ".join(f"{p}:{name}" for p in (claims or [p.name for p in _REGISTRY.values() if p.takes_url]))
+    spellings = ", ".join(f"{p}:{name}" for p in (claims or [p.name for p in PROVIDERS.values() if p.takes_url]))
     why = "several providers serve it" if claims else "no provider claims the name"
     raise ConfigError(
         f"{option}={raw!r} is not a model spec ({why}); write PROVIDER:MODEL, e.g. {spellings}, "
@@ -168,9 +170,9 @@ def resolve_bare(name: str, option: str, raw: str) -> str:
 
 
 def provider_of(spec) -> Provider:
-    provider = _REGISTRY.get(spec.provider)
+    provider = PROVIDERS.get(spec.provider)
     if provider is None:
-        raise ConfigError(f"{spec}: unknown provider {spec.provider!r}; known providers: {', '.join(_REGISTRY)}")
+        raise ConfigError(f"{spec}: {PROVIDERS.unknown(spec.provider)}")
     return provider
 
 

@@ -3,8 +3,9 @@
 Each protocol module declares a ``Protocol`` (protocols/base.py): its suite loader, its
 case runner (a pure async function ``(case, roles, usage) -> record``), the metric
 families its records feed, its defaults and the roles it needs. Adding a protocol = one
-module with its entry, listed in ``PROTOCOLS`` (and its name in vocabulary.PROTOCOL_NAMES
-and the suite schema).
+module with its entry, registered in ``PROTOCOLS`` (here, or from a project's conftest.py
+with ``register_protocol``); the suite schema takes any name, and loading checks it
+against the registry.
 """
 
 from __future__ import annotations
@@ -15,22 +16,24 @@ from pathlib import Path
 from ..cases import Suite, SuiteOverrides, read_suite
 from ..models.spec import DECODING_PARAMS, check_param
 from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
+from ..registry import Registry
 from .base import GuardRole, Protocol, Roles, outcome_of
 
-PROTOCOLS: dict[str, Protocol] = {
-    p.name: p
-    for p in (
-        smoke.PROTOCOL,
-        dymt.PROTOCOL,
-        zeroshot.PROTOCOL,
-        scripted.PROTOCOL,
-        benevdial.AGENT,
-        benevdial.PAIRS,
-        detect.PROTOCOL,
-    )
-}
+#: Every protocol a suite's ``protocol:`` can name (registry.py): the plugin's, and any a
+#: project's conftest.py registers.
+PROTOCOLS: Registry[Protocol] = Registry("protocol")
+for _protocol in (smoke.PROTOCOL, dymt.PROTOCOL, zeroshot.PROTOCOL, scripted.PROTOCOL, benevdial.AGENT,
+                  benevdial.PAIRS, detect.PROTOCOL):
+    PROTOCOLS.register(_protocol)
 
-__all__ = ["PROTOCOLS", "GuardRole", "Protocol", "Roles", "forget_suites", "load_suite", "outcome_of", "required_roles"]
+
+def register_protocol(protocol: Protocol) -> Protocol:
+    """Add (or replace) a protocol; its name becomes valid as a suite's ``protocol:``."""
+    return PROTOCOLS.register(protocol)
+
+
+__all__ = ["PROTOCOLS", "GuardRole", "Protocol", "Roles", "forget_suites", "load_suite", "outcome_of",
+           "register_protocol", "required_roles"]
 
 
 def _key_takers() -> dict[str, list[str]]:
@@ -75,7 +78,10 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
 
 def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     source = read_suite(path)
-    protocol = PROTOCOLS[source.protocol]
+    protocol = PROTOCOLS.get(source.protocol)
+    if protocol is None:
+        raise source.error(["protocol"], PROTOCOLS.unknown(source.protocol) + "; a project adds one with "
+                           "pytest_socialbias.protocols.register_protocol in its conftest.py")
     source.check_keys(protocol.name, protocol.keys, _key_takers())
     suite = protocol.load(source, protocol, overrides)
     params = judge_params(source)
