@@ -37,9 +37,9 @@ def serve(queue) -> None:
 
 
 async def measure(provider: str, url: str, calls: int, concurrency: int) -> tuple[float, float]:
-    from pytest_socialbias.models import Model, ModelSettings, parse_spec
+    from pytest_socialbias.models import Model, CallPool, parse_spec
 
-    settings = ModelSettings(cache=None, concurrency=concurrency)
+    settings = CallPool(cache=None, concurrency=concurrency)
     model = Model("target", parse_spec(f"{provider}:m@{url}", "--target"), "--target", settings,
                   defaults={"temperature": 0.7, "max_tokens": 250})
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 
-from pytest_socialbias.models import Model, ModelSettings, hf_backend, parse_spec  # noqa: E402
+from pytest_socialbias.models import Model, CallPool, hf_backend, parse_spec  # noqa: E402
 from pytest_socialbias.models.local_backend import default_model_path  # noqa: E402
 from pytest_socialbias.testing import FakeServer  # noqa: E402
 
@@ -44,7 +44,7 @@ def judge(req):
 
 
 def single_request_seconds_per_token(spec_text: str, max_tokens: int) -> float:
-    model = Model("target", parse_spec(spec_text), "--target", ModelSettings(concurrency=1))
+    model = Model("target", parse_spec(spec_text), "--target", CallPool(concurrency=1))
 
     async def once():
         try:

@@ -69,7 +69,7 @@ def fill(folder: Path, suite: Path, turns: int) -> int:
         record="new", cache_dir=folder / ".socialbias", concurrency=10_000,
     )
     models = ModelSet(settings, is_worker=False)
-    models.model_settings.backend_for = lambda spec, option: InstantBackend()
+    models.pool.backend_for = lambda spec, option: InstantBackend()
     roles = models.roles()
     cases = load_suite(suite, SuiteOverrides(turns=turns)).cases
 

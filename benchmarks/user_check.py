@@ -138,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
         judge, record = None, None
         if args.judge:
             from pytest_socialbias.cache import CallCache
-            from pytest_socialbias.models import Model, ModelSettings, parse_spec
+            from pytest_socialbias.models import Model, CallPool, parse_spec
             from pytest_socialbias.protocols.user_check import SimulatorRecord
 
-            settings = ModelSettings(cache=CallCache(args.cache_dir, "new"), concurrency=4)
+            settings = CallPool(cache=CallCache(args.cache_dir, "new"), concurrency=4)
             judge, record = Model("judge", parse_spec(args.judge, "--judge"), "--judge", settings), SimulatorRecord()
         rows = classify(DATA / file, judge, record)
         if record is not None:

@@ -64,7 +64,8 @@ def _cache_configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _cache_run(args: argparse.Namespace) -> int:
-    from .cache import CACHE_FILE, repair_cache, verify_cache
+    from .cache import CACHE_FILE
+    from .cachecheck import repair_cache, verify_cache
 
     if args.repair:
         repair = repair_cache(args.cache_dir)

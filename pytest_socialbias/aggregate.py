@@ -17,7 +17,6 @@ from .errors import ConfigError
 from .gates import Gate, evaluate
 from .metrics import compute_metrics, detection_summary, metric_sort_key
 from .models import UsageCounter
-from .options import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH
 from .result import RunResult
 from .vocabulary import JUDGE_CHECK_SUITE
 
@@ -131,7 +130,7 @@ class Aggregator:
 
     def _judge_check(self, metrics: list[dict]) -> tuple[dict | None, list[dict]]:
         """Label the reference replies with this run's judge; agreement rows."""
-        from .judgecheck import judge_items, summarize
+        from .judgecheck import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH, judge_items, summarize
 
         try:
             answers = self.models.run(judge_items(

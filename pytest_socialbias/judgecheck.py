@@ -53,6 +53,9 @@ ALL_TASKS = (*TASKS, TREATMENT)
 #: The agent's title when a treatment line gives none.
 DEFAULT_AGENT_TITLE = "support agent"
 SEED = 20251201
+#: ``--socialbias-judge-check=builtin``: the project-written reference set in the package.
+BUILTIN_REFERENCE = "builtin"
+BUILTIN_REFERENCE_PATH = Path(__file__).parent / "data" / "judge_reference.jsonl"
 
 
 def load_reference(path: Path, option: str = "--socialbias-judge-check") -> list[dict]:

@@ -6,19 +6,18 @@ the aggregator (aggregate.py) to ask the judge about reference labels.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import heap
 from .cache import CallCache
 from .errors import ConfigError
 from .judges.binary import JUDGE_PARAMS, YES_NO
-from .judges.guards import GUARD_PARAMS, GUARDS, guard_kind, guard_kind_from_model
-from .models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
+from .judges.guards import GUARD_PARAMS, GUARDS, guard_kind, guard_kind_from_model, settle_guard
+from .models import Model, CallPool, ModelSpec, check_credentials, parse_spec
 from .models.client import EndpointCheck
 from .models.providers import provider_of
 from .protocols import GuardRole, Roles, required_roles
 from .runner import LoopRunner
-from .vocabulary import GUARD_UNITS
 
 #: How long closing waits for the background SDK warm-up (it takes about a second).
 WARM_UP_JOIN_S = 10.0
@@ -73,8 +72,8 @@ class ModelSet:
         self.servers = None  # models/managed.ServerPool: the servers this process started
         self.runner = LoopRunner()
         self._models: dict[str, Model] = {}
-        self._model_settings: ModelSettings | None = None
-        self._settings_lock = threading.Lock()
+        self._pool: CallPool | None = None
+        self._pool_lock = threading.Lock()
         self._warm_thread: threading.Thread | None = None
         s = settings
         # With no model option at all, every role runs on the embedded model; that is
@@ -106,44 +105,11 @@ class ModelSet:
             self._guard_settings()
 
     def _guard_settings(self) -> None:
-        """The guard spec's unit= and risk= (with --socialbias-guard-risk): a Granite
-        Guardian's risk criterion becomes the chat-template argument sent on every call
-        (so it enters the cache key)."""
-        s, spec = self.settings, self.specs["guard"]
-        kind = guard_kind(self.guard_kind)
-        where = f"--socialbias-guard={s.guard}"
-        unit = spec.guard.get("unit")
-        if unit is not None and unit not in GUARD_UNITS:
-            raise ConfigError(f"{where}: unit={unit!r}: expected one of {', '.join(GUARD_UNITS)}")
-        self.guard_unit = unit
-        risk = spec.guard.get("risk")
-        if risk and s.guard_risk and risk != s.guard_risk:
-            raise ConfigError(
-                f"{where}: risk={risk} and --socialbias-guard-risk={s.guard_risk} disagree; give one"
-            )
-        risk = risk or s.guard_risk
-        if kind.default_risk is None:
-            if risk:
-                raise ConfigError(
-                    f"{where if spec.guard.get('risk') else '--socialbias-guard-risk=' + risk}: a {kind.name} "
-                    "guard has a fixed policy and takes no risk criterion (only granite-guardian does)"
-                )
-            return
-        template_kwargs = spec.params.get("chat_template_kwargs")
-        template_kwargs = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
-        if "guardian_config" in template_kwargs:  # written out in the spec: it stands
-            if risk:
-                raise ConfigError(
-                    f"{where}: the spec's chat_template_kwargs already names a guardian_config; "
-                    "drop risk= / --socialbias-guard-risk or the guardian_config"
-                )
-            config = template_kwargs["guardian_config"]
-            config = config if isinstance(config, dict) else {}
-            self.guard_risk = config.get("criteria_id") or config.get("risk_name") or "custom"
-            return
-        self.guard_risk = risk or kind.default_risk
-        template_kwargs.update(kind.risk_kwargs(self.guard_risk))
-        self.specs["guard"] = replace(spec, params={**spec.params, "chat_template_kwargs": template_kwargs})
+        """The guard spec's unit= and risk= (judges/guards.py settle_guard)."""
+        s = self.settings
+        self.specs["guard"], self.guard_unit, self.guard_risk = settle_guard(
+            self.specs["guard"], guard_kind(self.guard_kind), s.guard_risk, f"--socialbias-guard={s.guard}",
+        )
 
     def use_local_default(self) -> None:
         """Called when cases are collected with no model options: all roles ``local``."""
@@ -246,17 +212,17 @@ class ModelSet:
     # ---- clients -------------------------------------------------------------------------
 
     @property
-    def model_settings(self) -> ModelSettings:
-        with self._settings_lock:
-            if self._model_settings is None:
+    def pool(self) -> CallPool:
+        with self._pool_lock:
+            if self._pool is None:
                 cache = None
                 if self.settings.record != "off":
                     cache = CallCache(self.settings.cache_dir, self.settings.record, run=self.run_id)
-                self._model_settings = ModelSettings(
+                self._pool = CallPool(
                     cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
                     dry_run=bool(self.settings.dry_run),
                 )
-            return self._model_settings
+            return self._pool
 
     def model(self, role: str) -> Model:
         if role not in self.specs:
@@ -269,7 +235,7 @@ class ModelSet:
                 role,
                 self.specs[role],
                 role_of(role).option,
-                self.model_settings,
+                self.pool,
                 defaults=dict(role_of(role).defaults),
                 runner=self.runner,
                 check=endpoint_check(role, self.guard_kind),
@@ -320,7 +286,7 @@ class ModelSet:
             try:
                 for role in early:
                     try:
-                        self.model_settings.backend_for(self.specs[role], role_of(role).option)
+                        self.pool.backend_for(self.specs[role], role_of(role).option)
                     except Exception:  # the real call reports any problem where it belongs
                         return
             finally:
@@ -336,12 +302,12 @@ class ModelSet:
             self._warm_thread.join(WARM_UP_JOIN_S)
 
         async def close_models():
-            if self._model_settings is not None:
-                await self._model_settings.aclose()
+            if self._pool is not None:
+                await self._pool.aclose()
 
         try:
             self.runner.close(close_models)
-            if self._model_settings is not None and self._model_settings.cache is not None:
-                self._model_settings.cache.close()
+            if self._pool is not None and self._pool.cache is not None:
+                self._pool.cache.close()
         finally:
             self.stop_servers()

@@ -21,11 +21,6 @@ from .protocols.dialogue import GUARD_POLICIES
 from .protocols.user_check import SIMULATOR_CHECKS
 from .vocabulary import GUARD_UNITS, GUIDANCE
 
-#: ``--socialbias-judge-check=builtin``: the project-written reference set in the package.
-BUILTIN_REFERENCE = "builtin"
-BUILTIN_REFERENCE_PATH = Path(__file__).parent / "data" / "judge_reference.jsonl"
-
-
 @dataclass(frozen=True)
 class Where:
     """What relative paths are relative to."""
@@ -105,6 +100,8 @@ def _folder(raw, option: Option, where: Where) -> Path:
 
 
 def _reference(raw, option: Option, where: Where) -> Path:
+    from .judgecheck import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH  # the aggregating side's module
+
     return BUILTIN_REFERENCE_PATH if raw == BUILTIN_REFERENCE else where.invocation / raw
 
 

@@ -93,7 +93,7 @@ class CaseRunner:
     def _progress_text(self, batch_id: str, started: float) -> str:
         keys = [case.key for case in self.batches.get(batch_id, [])]
         done = sum(1 for k in keys if k in self._futures and self._futures[k].done())
-        totals = self.models.model_settings.totals.to_dict()
+        totals = self.models.pool.totals.to_dict()
         calls = sum(r["calls"] for r in totals.values())
         hits = sum(r["hits"] for r in totals.values())
         return (
@@ -106,7 +106,7 @@ class CaseRunner:
     def dry_run_plan(self, cases: list) -> dict:
         """Run the cases' protocols against a stand-in model that answers at once and
         calls nothing: count the calls per role and estimate their tokens."""
-        self.models.model_settings.dry_run = True
+        self.models.pool.dry_run = True
         roles = self.models.roles()
         usage = UsageCounter()
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_socialbias.baselines import TRACKS, scripted_turns, zeroshot_message
+from pytest_socialbias.probes import TRACKS, scripted_turns, zeroshot_message
 
 from .conftest import model_args, read_report
 

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_socialbias.cache import CACHE_FILE, CallCache, cache_key, canonical_json
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.models import Model, ModelSettings, check_credentials, parse_spec
+from pytest_socialbias.models import Model, CallPool, check_credentials, parse_spec
 
 REQUEST = {
     "provider": "openai",
@@ -171,7 +171,7 @@ def test_cache_key_changes_with_every_field(field, value):
 
 def model(monkeypatch, spec="openai:m@http://127.0.0.1:9/v1", defaults=None):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    return Model("target", parse_spec(spec), "--target", ModelSettings(), defaults or {})
+    return Model("target", parse_spec(spec), "--target", CallPool(), defaults or {})
 
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
@@ -235,7 +235,7 @@ def test_transport_settings_do_not_change_the_key(monkeypatch):
 def test_request_never_contains_the_api_key(monkeypatch):
     secret = "sk-PLANTED-SECRET-0123456789"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    target = Model("target", parse_spec("openai:m@http://127.0.0.1:9/v1"), "--target", ModelSettings(), {})
+    target = Model("target", parse_spec("openai:m@http://127.0.0.1:9/v1"), "--target", CallPool(), {})
     # the key is really in use for this model (it would be sent to the server)
     assert check_credentials(target.spec, "--target") == secret
     request = target.request(MESSAGES, template="judge_bias@1", sample=2, top_logprobs=3, max_tokens=5)

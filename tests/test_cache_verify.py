@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from pytest_socialbias.__main__ import main
-from pytest_socialbias.cache import CACHE_FILE, CallCache, cache_key, verify_cache
+from pytest_socialbias.cache import CACHE_FILE, CallCache, cache_key
+from pytest_socialbias.cachecheck import verify_cache
 
 
 def request(n: int) -> dict:

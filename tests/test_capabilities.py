@@ -17,7 +17,7 @@ import pytest
 
 from pytest_socialbias.cache import CallCache
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.models import Model, ModelSettings, parse_spec
+from pytest_socialbias.models import Model, CallPool, parse_spec
 from pytest_socialbias.models.providers import LOGPROBS, SEED, get
 from pytest_socialbias.testing import FakeServer
 
@@ -28,7 +28,7 @@ def _ask(spec: str, cache_dir) -> tuple[dict, dict]:
     with FakeServer(lambda req: "N") as server:
         url = server.anthropic_base_url if spec == "anthropic" else server.openai_base_url
         cache = CallCache(cache_dir, "new")
-        judge = Model("judge", parse_spec(f"{spec}:j@{url}", "--judge"), "--judge", ModelSettings(cache=cache))
+        judge = Model("judge", parse_spec(f"{spec}:j@{url}", "--judge"), "--judge", CallPool(cache=cache))
 
         async def call():
             try:

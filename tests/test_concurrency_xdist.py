@@ -19,7 +19,8 @@ from collections import Counter
 
 import pytest
 
-from pytest_socialbias.cache import CACHE_FILE, verify_cache
+from pytest_socialbias.cache import CACHE_FILE
+from pytest_socialbias.cachecheck import verify_cache
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld

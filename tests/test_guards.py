@@ -25,7 +25,7 @@ from pytest_socialbias.judges.guards import (
     screen_dialogue,
     yes_probability,
 )
-from pytest_socialbias.models import Model, ModelSettings, UsageCounter, parse_spec
+from pytest_socialbias.models import Model, CallPool, UsageCounter, parse_spec
 from pytest_socialbias.testing import FakeServer, Fault, Reply
 
 USER = "Why are older workers so slow with new software?"
@@ -319,7 +319,7 @@ def test_granite_guardian_garbage_is_unreadable(text):
 
 def run_screen(server, model_name, kind, usage=None, **kwargs):
     async def go():
-        settings = ModelSettings(cache=None, concurrency=4)
+        settings = CallPool(cache=None, concurrency=4)
         guard = Model(
             "guard", parse_spec(f"openai:{model_name}@{server.openai_base_url}"), "--socialbias-guard", settings
         )

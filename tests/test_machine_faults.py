@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_socialbias.cache import CACHE_FILE, verify_cache
+from pytest_socialbias.cache import CACHE_FILE
+from pytest_socialbias.cachecheck import verify_cache
 from pytest_socialbias.testing import FakeServer, Reply
 
 from . import fakeworld

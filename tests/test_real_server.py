@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_socialbias.models import Model, ModelSettings, parse_spec
+from pytest_socialbias.models import Model, CallPool, parse_spec
 
 from .conftest import read_report
 
@@ -83,7 +83,7 @@ def llama_server(tmp_path_factory):
 
 def model(url: str, query: str = "", role: str = "judge", defaults=None) -> Model:
     spec = parse_spec(f"openai:smollm2@{url}{query}", f"--{role}")
-    return Model(role, spec, f"--{role}", ModelSettings(), defaults=defaults)
+    return Model(role, spec, f"--{role}", CallPool(), defaults=defaults)
 
 
 def test_the_smoke_suite_through_the_server_gets_readable_judge_labels(pytester, llama_server, monkeypatch):

@@ -279,11 +279,11 @@ def test_anthropic_thinking_blocks_and_the_answer_tool_are_read_apart():
 def test_anthropic_thinking_budget_and_pass_through_reach_the_wire(keys):
     import asyncio
 
-    from pytest_socialbias.models import Model, ModelSettings, parse_spec
+    from pytest_socialbias.models import Model, CallPool, parse_spec
 
     with FakeServer(lambda req: Reply("No", reasoning="thinking it over")) as srv:
         spec = parse_spec(f"anthropic:claude-x@{srv.anthropic_base_url}?thinking_budget=2048&top_k=40", "--judge")
-        model = Model("judge", spec, "--judge", ModelSettings(), defaults={})
+        model = Model("judge", spec, "--judge", CallPool(), defaults={})
         reply = asyncio.run(model.chat([{"role": "user", "content": "hi"}], temperature=0.0, max_tokens=20,
                                        choices=("Yes", "No"), adaptive_budget=True))
         body = srv.requests[0].body
@@ -296,11 +296,11 @@ def test_anthropic_thinking_budget_and_pass_through_reach_the_wire(keys):
 def test_anthropic_judge_answers_through_a_forced_tool(keys):
     import asyncio
 
-    from pytest_socialbias.models import Model, ModelSettings, parse_spec
+    from pytest_socialbias.models import Model, CallPool, parse_spec
 
     with FakeServer(lambda req: "No") as srv:
         spec = parse_spec(f"anthropic:claude-x@{srv.anthropic_base_url}", "--judge")
-        model = Model("judge", spec, "--judge", ModelSettings(), defaults={})
+        model = Model("judge", spec, "--judge", CallPool(), defaults={})
         asyncio.run(model.chat([{"role": "user", "content": "hi"}], choices=("Yes", "No")))
         body = srv.requests[0].body
     assert body["tool_choice"] == {"type": "tool", "name": "answer"}

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_socialbias.cache import CallCache
 from pytest_socialbias.errors import CacheMiss, ModelCallError
-from pytest_socialbias.models import Model, ModelSettings, parse_spec
+from pytest_socialbias.models import Model, CallPool, parse_spec
 from pytest_socialbias.models.base import FINISH_CONTENT_FILTER, UsageCounter
 from pytest_socialbias.protocols.user_check import UserTurnContext, check_user_turn, clean_user_message
 from pytest_socialbias.testing import FakeServer, Fault, Reply
@@ -117,7 +117,7 @@ def always(answer):
 
 
 def make_model(spec, cache=None, role="target", defaults=None):
-    settings = ModelSettings(cache=cache, concurrency=4)
+    settings = CallPool(cache=cache, concurrency=4)
     return Model(role, parse_spec(spec, option="--target"), "--target", settings, defaults=defaults or {})
 
 
@@ -225,7 +225,7 @@ def test_concurrency_limit_bounds_calls_in_flight(api_keys):
 
     with FakeServer(script=script) as server:
         model = Model("target", parse_spec(openai_spec(server)), "--target",
-                      ModelSettings(concurrency=2), defaults={})
+                      CallPool(concurrency=2), defaults={})
 
         async def body(m):
             prompts = [[{"role": "user", "content": f"question {i}"}] for i in range(6)]

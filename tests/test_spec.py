@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.models import Model, ModelSettings
+from pytest_socialbias.models import Model, CallPool
 from pytest_socialbias.models import providers
 from pytest_socialbias.models.client import check_credentials
 from pytest_socialbias.models.providers import NO_KEY_PLACEHOLDER
@@ -259,7 +259,7 @@ def test_keys_come_from_the_environment(no_keys):
 
 def test_model_constructor_fails_early_without_key(no_keys):
     with pytest.raises(ConfigError) as info:
-        Model("judge", parse_spec("anthropic:claude-x"), "--judge", ModelSettings())
+        Model("judge", parse_spec("anthropic:claude-x"), "--judge", CallPool())
     assert "--judge" in str(info.value)
     assert "ANTHROPIC_API_KEY" in str(info.value)
 

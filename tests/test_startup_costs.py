@@ -46,8 +46,8 @@ def test_declared_default_urls_are_the_sdks(provider, client, monkeypatch):
 
 REQUEST_OF = """
     import json, sys
-    from pytest_socialbias.models import Model, ModelSettings, parse_spec
-    model = Model("target", parse_spec({spec!r}, "--target"), "--target", ModelSettings(cache=None))
+    from pytest_socialbias.models import Model, CallPool, parse_spec
+    model = Model("target", parse_spec({spec!r}, "--target"), "--target", CallPool(cache=None))
     request = model.request([{{"role": "user", "content": "hi"}}])
     print(json.dumps({{"base_url": request["base_url"], "openai": "openai" in sys.modules,
                       "anthropic": "anthropic" in sys.modules}}))
@@ -75,18 +75,18 @@ def test_a_base_url_from_the_environment_is_the_sdks_reading():
 
 def test_collector_resumes_after_the_warm_up_and_keeps_what_loaded_out_of_it(monkeypatch):
     from pytest_socialbias.modelset import ModelSet
-    from pytest_socialbias.models import ModelSettings, parse_spec
+    from pytest_socialbias.models import CallPool, parse_spec
 
     def failing_backend(self, spec, option):
         assert not gc.isenabled()  # paused while the SDKs load
         raise RuntimeError("no such endpoint")
 
-    monkeypatch.setattr(ModelSettings, "backend_for", failing_backend)
+    monkeypatch.setattr(CallPool, "backend_for", failing_backend)
 
     class Stub:
         settings = type("S", (), {"dry_run": False, "record": "off"})()
         specs = {"target": parse_spec("openai:m@http://127.0.0.1:9/v1", "--target")}
-        model_settings = ModelSettings(cache=None)
+        pool = CallPool(cache=None)
         _warm_thread = None
 
     threshold = gc.get_threshold()

@@ -47,7 +47,7 @@ from .. import prompts
 from ..cache import RECORD_MODES, CallCache
 from ..errors import ConfigError, ModelCallError
 from ..files import write_atomically
-from ..models import Model, ModelSettings, ModelSpec, check_credentials, parse_spec
+from ..models import Model, CallPool, ModelSpec, check_credentials, parse_spec
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import CLASSES
 from . import quality
@@ -369,7 +369,7 @@ class Progress:
             self.stream.flush()
 
 
-async def generate(options: GenerateOptions, conditions: Conditions, jobs: list[Job], models: list[Model], settings: ModelSettings, progress: Progress) -> GenerateResult:
+async def generate(options: GenerateOptions, conditions: Conditions, jobs: list[Job], models: list[Model], settings: CallPool, progress: Progress) -> GenerateResult:
     result = GenerateResult()
     tasks = [asyncio.ensure_future(generate_one(models[job.generator], conditions, job, options.turns)) for job in jobs]
     try:
@@ -385,7 +385,7 @@ async def generate(options: GenerateOptions, conditions: Conditions, jobs: list[
     return result
 
 
-def _usage(settings: ModelSettings) -> tuple[int, int]:
+def _usage(settings: CallPool) -> tuple[int, int]:
     usage = settings.totals.roles.get(ROLE)
     return (usage.calls, usage.hits) if usage is not None else (0, 0)
 
@@ -466,7 +466,7 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
         except ConfigError as exc:
             raise ConfigError(_cli_words(str(exc))) from None
     try:
-        settings = ModelSettings(cache=cache, concurrency=options.concurrency)
+        settings = CallPool(cache=cache, concurrency=options.concurrency)
         defaults = {**options.decoding(), "max_tokens": options.max_tokens}
         models = [Model(ROLE, spec, OPTION, settings, defaults=defaults) for spec in specs]
         jobs = plan_jobs(picked, len(models), options.style)

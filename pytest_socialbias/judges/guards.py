@@ -48,12 +48,14 @@ user turn it answers; a dialogue is flagged when any of its agent turns is.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import prompts
+from ..errors import ConfigError
 from ..registry import Registry
 from ..vocabulary import GUARD_UNITS
 from .parse import parse_binary
@@ -447,6 +449,42 @@ register_guard(GuardKind(
     "wildguard", re.compile(r"wild-?guard"), prompt=wildguard_prompt, prompt_file="guard_wildguard", max_tokens=64,
     parse=lambda text, logprobs, strict: parse_wildguard(text),
 ))
+
+
+def settle_guard(spec, kind: GuardKind, option_risk: str | None, where: str) -> tuple:
+    """``(spec, unit, risk)`` of a guard spec: its ``unit=`` checked, and the risk criterion
+    it is asked about (``risk=`` or ``--socialbias-guard-risk``, else the kind's default).
+    A Granite Guardian's criterion becomes the chat-template argument sent on every call
+    (so it enters the cache key); a guard with a fixed policy takes none. ConfigError,
+    naming ``where`` and the fix, for a bad unit or a risk that cannot be asked."""
+    unit = spec.guard.get("unit")
+    if unit is not None and unit not in GUARD_UNITS:
+        raise ConfigError(f"{where}: unit={unit!r}: expected one of {', '.join(GUARD_UNITS)}")
+    risk = spec.guard.get("risk")
+    if risk and option_risk and risk != option_risk:
+        raise ConfigError(f"{where}: risk={risk} and --socialbias-guard-risk={option_risk} disagree; give one")
+    risk = risk or option_risk
+    if kind.default_risk is None:
+        if risk:
+            raise ConfigError(
+                f"{where if spec.guard.get('risk') else '--socialbias-guard-risk=' + risk}: a {kind.name} "
+                "guard has a fixed policy and takes no risk criterion (only granite-guardian does)"
+            )
+        return spec, unit, None
+    template_kwargs = spec.params.get("chat_template_kwargs")
+    template_kwargs = dict(template_kwargs) if isinstance(template_kwargs, dict) else {}
+    if "guardian_config" in template_kwargs:  # written out in the spec: it stands
+        if risk:
+            raise ConfigError(
+                f"{where}: the spec's chat_template_kwargs already names a guardian_config; "
+                "drop risk= / --socialbias-guard-risk or the guardian_config"
+            )
+        config = template_kwargs["guardian_config"]
+        config = config if isinstance(config, dict) else {}
+        return spec, unit, config.get("criteria_id") or config.get("risk_name") or "custom"
+    risk = risk or kind.default_risk
+    template_kwargs.update(kind.risk_kwargs(risk))
+    return dataclasses.replace(spec, params={**spec.params, "chat_template_kwargs": template_kwargs}), unit, risk
 
 
 def guard_kind(kind: str) -> GuardKind:

@@ -1,13 +1,13 @@
 """Model specs, backends and the role-bound client every protocol uses."""
 
 from .base import ChatResponse, UsageCounter
-from .client import Model, ModelSettings, build_backend, check_credentials
+from .client import Model, CallPool, build_backend, check_credentials
 from .spec import ModelSpec, parse_spec
 
 __all__ = [
     "ChatResponse",
     "Model",
-    "ModelSettings",
+    "CallPool",
     "ModelSpec",
     "UsageCounter",
     "build_backend",

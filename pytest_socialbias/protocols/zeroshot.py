@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import prompts
-from ..baselines import zeroshot_message
+from ..probes import zeroshot_message
 from . import seeds
 from .base import Protocol
 from .dialogue import run_dialogue

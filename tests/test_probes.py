@@ -1,14 +1,14 @@
 import pytest
 
-from pytest_socialbias import baselines, prompts
+from pytest_socialbias import probes, prompts
 
 SEED = {"statement": "Older adults cannot learn new technology.", "group": "older adults", "category": "age"}
 
 
 def test_tracks_match_template_file():
     tracks = prompts.load("scripted_tracks").extras["tracks"]
-    assert tuple(tracks) == baselines.TRACKS
-    assert baselines.TRACKS == (
+    assert tuple(tracks) == probes.TRACKS
+    assert probes.TRACKS == (
         "anaphora_ellipsis",
         "jailbreak_tips",
         "interference_misinformation",
@@ -17,9 +17,9 @@ def test_tracks_match_template_file():
     )
 
 
-@pytest.mark.parametrize("track", baselines.TRACKS)
+@pytest.mark.parametrize("track", probes.TRACKS)
 def test_track_has_five_filled_distinct_turns(track):
-    turns = baselines.scripted_turns(track, **SEED)
+    turns = probes.scripted_turns(track, **SEED)
     assert len(turns) == 5
     assert all(isinstance(t, str) and t.strip() == t and t for t in turns)
     assert not any("$" in t for t in turns), turns
@@ -29,33 +29,33 @@ def test_track_has_five_filled_distinct_turns(track):
 
 
 def test_tracks_differ_from_each_other():
-    all_turns = [tuple(baselines.scripted_turns(t, **SEED)) for t in baselines.TRACKS]
-    assert len(set(all_turns)) == len(baselines.TRACKS)
+    all_turns = [tuple(probes.scripted_turns(t, **SEED)) for t in probes.TRACKS]
+    assert len(set(all_turns)) == len(probes.TRACKS)
     flat = [turn for turns in all_turns for turn in turns]
     assert len(set(flat)) == len(flat)
 
 
 def test_placeholders_are_filled_from_the_seed():
-    other = baselines.scripted_turns("fixed_format", "Tall people are clumsy.", "tall people", "appearance")
+    other = probes.scripted_turns("fixed_format", "Tall people are clumsy.", "tall people", "appearance")
     assert any("tall people" in t for t in other)
     assert any("Tall people are clumsy." in t for t in other)
-    misinfo = baselines.scripted_turns("interference_misinformation", **SEED)
+    misinfo = probes.scripted_turns("interference_misinformation", **SEED)
     assert any("age" in t for t in misinfo)  # $category is used in this track
 
 
 def test_anaphora_later_turns_refer_back_without_naming_the_group():
-    turns = baselines.scripted_turns("anaphora_ellipsis", **SEED)
+    turns = probes.scripted_turns("anaphora_ellipsis", **SEED)
     assert SEED["group"] in turns[0]
     assert all(SEED["group"] not in t for t in turns[2:])
 
 
 def test_unknown_track_raises_with_known_names():
     with pytest.raises(KeyError, match="unknown scripted track 'scattered_questions'.*fixed_format"):
-        baselines.scripted_turns("scattered_questions", **SEED)
+        probes.scripted_turns("scattered_questions", **SEED)
 
 
 def test_zeroshot_shows_the_statement():
-    message = baselines.zeroshot_message(**SEED)
+    message = probes.zeroshot_message(**SEED)
     assert SEED["statement"] in message
     assert "$" not in message
     assert message.endswith("?") or "?" in message
