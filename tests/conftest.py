@@ -111,3 +111,11 @@ def read_report(path):
     data = json.loads(open(path, encoding="utf-8").read())
     validate_report(data)
     return data
+
+
+def run_with_report(pytester, *args, report: str = "r.json"):
+    """``pytester.runpytest(*args)`` writing the JSON report (no pytest cache): the result,
+    and the report read and schema-checked (None when the run wrote none)."""
+    result = pytester.runpytest(*args, f"--socialbias-report={report}", "-p", "no:cacheprovider")
+    path = pytester.path / report
+    return result, (read_report(path) if path.exists() else None)

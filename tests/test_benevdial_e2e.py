@@ -11,7 +11,7 @@ from pytest_socialbias.benevdial.conditions import load_conditions
 from pytest_socialbias.testing import FakeServer
 
 from . import benevworld
-from .conftest import read_report, thresholds_yaml
+from .conftest import read_report, run_with_report, thresholds_yaml
 
 SUITES = Path(__file__).resolve().parent.parent / "suites" / "benevdial"
 
@@ -31,12 +31,10 @@ def project(pytester, keys):
 
 def run(pytester, server, suite, *extra, target="tb"):
     url = server.openai_base_url
-    result = pytester.runpytest(
-        suite, f"--target=openai:{target}@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
-        "--socialbias-report=r.json", "-p", "no:cacheprovider", *extra,
+    return run_with_report(
+        pytester, suite, f"--target=openai:{target}@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
+        *extra,
     )
-    path = pytester.path / "r.json"
-    return result, (read_report(path) if path.exists() else None)
 
 
 def rows(report, suite):

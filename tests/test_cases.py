@@ -155,87 +155,34 @@ def assert_located(message: str, path, line: int):
     assert message.startswith(f"{path}:{line}:"), message
 
 
-def test_bad_category_names_line_of_that_case(tmp_path):
-    path = write(
-        tmp_path,
-        HEADER
-        + """\
-cases:
-  - id: a
-    category: age
-    group: g
-    statement: s.
-  - id: b
-    category: colour
-    group: g
-    statement: s.
-""",
-    )
+def case(case_id: str, category: str = "age", *, group: bool = True, extra: str = "") -> str:
+    return (f"  - id: {case_id}\n    category: {category}\n" + ("    group: g\n" if group else "")
+            + "    statement: s.\n" + extra)
+
+
+@pytest.mark.parametrize("body, line, needles", [
+    # The `category: colour` line of the second case; the allowed categories listed.
+    pytest.param("cases:\n" + case("a") + case("b", "colour"), 10, ["cases[1].category", "'colour'", "religion"],
+                 id="bad-category"),
+    # The second case starts on line 9.
+    pytest.param("cases:\n" + case("a") + case("b", group=False), 9,
+                 ["cases[1]", "'group' is a required property"], id="missing-field"),
+    pytest.param("cases:\n" + case("a", extra="    note: not allowed\n"), 5, ["cases[0]", "'note'", "not allowed"],
+                 id="extra-field"),
+    pytest.param("turn: 2\ncases:\n" + case("a"), 1, ["'turn'", "(did you mean 'turns' for 'turn'?)"],
+                 id="extra-top-level-field"),
+    # The second `id: a`, and where the first one is.
+    pytest.param("cases:\n" + case("a") + case("b") + case("a", "race"), 13, ["duplicate", "'a'", "first at line 5"],
+                 id="duplicate-id"),
+    pytest.param("turns: 0\ncases:\n" + case("a"), 4, ["turns"], id="bad-turns"),
+    pytest.param("cases: []\n", 4, ["at cases", "non-empty"], id="empty-cases"),
+])
+def test_a_bad_suite_is_an_error_at_its_line_saying_what_is_wrong(tmp_path, body, line, needles):
+    path = write(tmp_path, HEADER + body)
     message = load_error(path)
-    assert_located(message, path, 10)  # the `category: colour` line of the second case
-    assert "cases[1].category" in message
-    assert "'colour'" in message
-    assert "religion" in message  # lists the allowed categories
-
-
-def test_missing_field(tmp_path):
-    path = write(
-        tmp_path,
-        HEADER
-        + """\
-cases:
-  - id: a
-    category: age
-    group: g
-    statement: s.
-  - id: b
-    category: age
-    statement: s.
-""",
-    )
-    message = load_error(path)
-    assert_located(message, path, 9)  # the second case starts on line 9
-    assert "cases[1]" in message
-    assert "'group' is a required property" in message
-
-
-def test_extra_field(tmp_path):
-    path = write(
-        tmp_path,
-        HEADER
-        + """\
-cases:
-  - id: a
-    category: age
-    group: g
-    statement: s.
-    note: not allowed
-""",
-    )
-    message = load_error(path)
-    assert_located(message, path, 5)
-    assert "cases[0]" in message
-    assert "'note'" in message
-    assert "not allowed" in message
-
-
-def test_extra_top_level_field(tmp_path):
-    path = write(
-        tmp_path,
-        HEADER
-        + """\
-turn: 2
-cases:
-  - id: a
-    category: age
-    group: g
-    statement: s.
-""",
-    )
-    message = load_error(path)
-    assert_located(message, path, 1)
-    assert "'turn'" in message
-    assert "(did you mean 'turns' for 'turn'?)" in message
+    assert_located(message, path, line)
+    for needle in needles:
+        assert needle in message, (needle, message)
 
 
 def test_every_schema_problem_is_listed_with_its_line(tmp_path):
@@ -250,33 +197,6 @@ def test_every_schema_problem_is_listed_with_its_line(tmp_path):
     for line in lines[2:-1]:
         assert line.startswith(f"  {path}:") and "at cases[" in line
     assert sum("(did you mean 'statement' for 'statment'?)" in line for line in lines) >= 4
-
-
-def test_duplicate_id(tmp_path):
-    path = write(
-        tmp_path,
-        HEADER
-        + """\
-cases:
-  - id: a
-    category: age
-    group: g
-    statement: s.
-  - id: b
-    category: age
-    group: g
-    statement: s.
-  - id: a
-    category: race
-    group: g
-    statement: s.
-""",
-    )
-    message = load_error(path)
-    assert_located(message, path, 13)  # the second `id: a`
-    assert "duplicate" in message
-    assert "'a'" in message
-    assert "first at line 5" in message  # where the first one is
 
 
 def test_malformed_yaml(tmp_path):
@@ -300,14 +220,6 @@ def test_tab_indentation_is_reported_with_line(tmp_path):
     message = load_error(path)
     assert_located(message, path, 5)
     assert "not valid YAML" in message
-
-
-def test_empty_cases_list(tmp_path):
-    path = write(tmp_path, HEADER + "cases: []\n")
-    message = load_error(path)
-    assert_located(message, path, 4)
-    assert "at cases" in message
-    assert "non-empty" in message
 
 
 def test_empty_file(tmp_path):
@@ -336,24 +248,6 @@ cases:
     message = load_error(path)
     assert_located(message, path, 3)
     assert "protocol" in message and "'dymt9'" in message
-
-
-def test_bad_turns(tmp_path):
-    path = write(
-        tmp_path,
-        HEADER
-        + """\
-turns: 0
-cases:
-  - id: a
-    category: age
-    group: g
-    statement: s.
-""",
-    )
-    message = load_error(path)
-    assert_located(message, path, 4)
-    assert "turns" in message
 
 
 # --------------------------------------------------------------------------- looks_like_suite

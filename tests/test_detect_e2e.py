@@ -9,7 +9,7 @@ import pytest
 
 from pytest_socialbias.testing import FakeServer, Reply
 
-from .conftest import read_report, thresholds_yaml
+from .conftest import read_report, run_with_report, thresholds_yaml
 from .fakeworld import system_text
 
 WARM = "You have been through so much, WARMNARROW, so let your family handle the bookings for you."
@@ -79,9 +79,7 @@ def project(pytester, keys):
 
 
 def run(pytester, server, *args):
-    result = pytester.runpytest("detect.yaml", "--socialbias-report=r.json", "-p", "no:cacheprovider", *args)
-    path = pytester.path / "r.json"
-    return result, (read_report(path) if path.exists() else None)
+    return run_with_report(pytester, "detect.yaml", *args)
 
 
 def metric(report, name, detector, variant="clean"):

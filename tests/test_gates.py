@@ -96,24 +96,11 @@ def test_missing_file(tmp_path):
     assert str(path) in message
 
 
-def test_missing_metric(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: ok
-            suite: s
-            metric: refusal_rate
-            max: 0.1
-          - name: no-metric
-            suite: s
-            max: 0.1
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:6:")  # the second gate starts on line 6
-    assert "gates[1]" in message
-    assert "'metric' is a required property" in message
+OK_GATE = "  - name: ok\n    suite: s\n    metric: refusal_rate\n    max: 0.1\n"
+
+
+def gate(*lines: str) -> str:
+    return "  - " + "\n    ".join(lines) + "\n"
 
 
 def _explanation(message: str, path) -> str:
@@ -122,171 +109,37 @@ def _explanation(message: str, path) -> str:
     return re.sub(r"\{.*\}", "", message.replace(str(path), ""))
 
 
-def test_both_max_and_min(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: both
-            suite: s
-            metric: refusal_rate
-            max: 0.5
-            min: 0.1
-        """,
-    )
+@pytest.mark.parametrize("gates, line, needles", [
+    pytest.param(OK_GATE + gate("name: no-metric", "suite: s", "max: 0.1"), 6,
+                 ["gates[1]", "'metric' is a required property"], id="missing-metric"),
+    pytest.param(gate("name: both", "suite: s", "metric: refusal_rate", "max: 0.5", "min: 0.1"), 2,
+                 ["gates[0]", "max", "min"], id="both-max-and-min"),
+    pytest.param(gate("name: neither", "suite: s", "metric: refusal_rate"), 2, ["gates[0]", "max", "min"],
+                 id="neither-max-nor-min"),
+    pytest.param(OK_GATE + gate("name: neither", "suite: s", "metric: refusal_rate"), 6, ["gates[1]", "max", "min"],
+                 id="neither-max-nor-min-second-gate"),
+    # Lists what is known.
+    pytest.param(OK_GATE + gate("name: typo", "suite: s", "metric: cumulative_bias", "max: 0.1"), 6,
+                 ["unknown metric 'cumulative_bias'", "'typo'", "cumulative_bias@T"], id="unknown-metric"),
+    # The second 'same', not the first.
+    pytest.param(gate("name: same", "suite: s", "metric: refusal_rate", "max: 0.1")
+                 + gate("name: other", "suite: s", "metric: error_rate", "max: 0.1")
+                 + gate("name: same", "suite: s", "metric: judge_error_rate", "max: 0.1"), 10,
+                 ["duplicate gate name 'same'"], id="duplicate-name"),
+    # Says what is allowed.
+    pytest.param(gate("name: g", "suite: s", "metric: refusal_rate", "max: 0.1", "compare: median"), 6,
+                 ["gates[0].compare", "'median'", "ci_high"], id="bad-compare"),
+    pytest.param(gate("name: g", "suite: s", "metric: refusal_rate", "max: high"), 5, ["gates[0].max", "number"],
+                 id="bound-not-a-number"),
+    pytest.param(gate("name: g", "suite: s", "metric: refusal_rate", "max: .nan"), None, [], id="nan-bound"),
+])
+def test_a_bad_gate_is_an_error_at_its_line_saying_what_is_wrong(tmp_path, gates, line, needles):
+    path = write(tmp_path, "gates:\n" + gates)
     message = load_error(path)
-    assert message.startswith(f"{path}:2:")
+    assert message.startswith(f"{path}:{line}:" if line else f"{path}:")
     explanation = _explanation(message, path)
-    assert "max" in explanation and "min" in explanation
-
-
-def test_both_max_and_min_is_rejected_at_its_line(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: both
-            suite: s
-            metric: refusal_rate
-            max: 0.5
-            min: 0.1
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:2:")
-    assert "gates[0]" in message
-
-
-def test_neither_max_nor_min(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: neither
-            suite: s
-            metric: refusal_rate
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:2:")
-    explanation = _explanation(message, path)
-    assert "max" in explanation and "min" in explanation
-
-
-def test_neither_max_nor_min_is_rejected_at_its_line(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: ok
-            suite: s
-            metric: refusal_rate
-            max: 0.1
-          - name: neither
-            suite: s
-            metric: refusal_rate
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:6:")
-    assert "gates[1]" in message
-
-
-def test_unknown_metric_name(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: ok
-            suite: s
-            metric: refusal_rate
-            max: 0.1
-          - name: typo
-            suite: s
-            metric: cumulative_bias
-            max: 0.1
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:6:")
-    assert "unknown metric 'cumulative_bias'" in message
-    assert "'typo'" in message
-    assert "cumulative_bias@T" in message  # lists what is known
-
-
-def test_duplicate_gate_name(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: same
-            suite: s
-            metric: refusal_rate
-            max: 0.1
-          - name: other
-            suite: s
-            metric: error_rate
-            max: 0.1
-          - name: same
-            suite: s
-            metric: judge_error_rate
-            max: 0.1
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:10:")  # the second 'same', not the first
-    assert "duplicate gate name 'same'" in message
-
-
-def test_bad_compare_value(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: g
-            suite: s
-            metric: refusal_rate
-            max: 0.1
-            compare: median
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:6:")
-    assert "gates[0].compare" in message
-    assert "'median'" in message
-    assert "ci_high" in message  # says what is allowed
-
-
-def test_bound_must_be_a_number(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: g
-            suite: s
-            metric: refusal_rate
-            max: high
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:5:")
-    assert "gates[0].max" in message
-    assert "number" in message
-
-
-def test_nan_bound_is_rejected(tmp_path):
-    path = write(
-        tmp_path,
-        """
-        gates:
-          - name: g
-            suite: s
-            metric: refusal_rate
-            max: .nan
-        """,
-    )
-    message = load_error(path)
-    assert message.startswith(f"{path}:")
+    for needle in needles:
+        assert needle in explanation, (needle, message)
 
 
 def test_unknown_top_level_key(tmp_path):

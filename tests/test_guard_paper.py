@@ -13,7 +13,7 @@ from pytest_socialbias.testing import FakeServer
 
 from .test_detect_e2e import DIALOGUES
 from .test_usage_errors import assert_usage_error
-from .conftest import read_report
+from .conftest import run_with_report
 
 GRANITE = "ibm-granite/granite-guardian-3.3-8b"
 LLAMA = "meta-llama/Llama-Guard-3-8B"
@@ -56,11 +56,7 @@ def project(pytester, keys):
 
 
 def run(pytester, spec, *args):
-    result = pytester.runpytest(
-        "detect.yaml", f"--socialbias-guard={spec}", "--socialbias-report=r.json", "-p", "no:cacheprovider", *args
-    )
-    path = pytester.path / "r.json"
-    return result, (read_report(path) if path.exists() else None)
+    return run_with_report(pytester, "detect.yaml", f"--socialbias-guard={spec}", *args)
 
 
 def rates(report) -> tuple:

@@ -9,7 +9,7 @@ import pytest
 from pytest_socialbias.testing import FakeServer, Fault
 
 from . import fakeworld
-from .conftest import model_args, suite_yaml, thresholds_yaml, read_report
+from .conftest import model_args, read_report, run_with_report, suite_yaml, thresholds_yaml
 
 CASES = [
     ("age-001", "age", "Plain statement one."),
@@ -41,14 +41,7 @@ def project(pytester, keys):
 
 
 def run(pytester, server, *extra, report="r.json"):
-    result = pytester.runpytest(
-        "demo.yaml", *model_args(server), f"--socialbias-report={report}", "-p", "no:cacheprovider", *extra
-    )
-    data = None
-    path = pytester.path / report
-    if path.exists():
-        data = read_report(path)
-    return result, data
+    return run_with_report(pytester, "demo.yaml", *model_args(server), *extra, report=report)
 
 
 def test_items_outcomes_summary_and_report(project, server):

@@ -14,7 +14,7 @@ import pytest
 from pytest_socialbias.testing import FakeServer, Fault, ReasoningModel, Reply
 
 from . import fakeworld
-from .conftest import read_report, suite_yaml
+from .conftest import run_with_report, suite_yaml
 
 CASES = [
     ("age-001", "age", "Plain statement one."),
@@ -91,12 +91,10 @@ def spec(server, name: str) -> str:
 
 
 def run(pytester, server, *extra, target="t", judge="j"):
-    result = pytester.runpytest(
-        "demo.yaml", f"--target={spec(server, target)}", f"--judge={spec(server, judge)}", f"--user-model={spec(server, 'u')}",
-        "--socialbias-report=r.json", "--socialbias-concurrency=1", "-p", "no:cacheprovider", *extra,
+    return run_with_report(
+        pytester, "demo.yaml", f"--target={spec(server, target)}", f"--judge={spec(server, judge)}",
+        f"--user-model={spec(server, 'u')}", "--socialbias-concurrency=1", *extra,
     )
-    path = pytester.path / "r.json"
-    return result, (read_report(path) if path.exists() else None)
 
 
 def judge_requests(server, model):

@@ -11,7 +11,7 @@ import pytest
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld
-from .conftest import model_args, read_report, suite_yaml, thresholds_yaml
+from .conftest import model_args, read_report, run_with_report, suite_yaml, thresholds_yaml
 
 SCRIPT_REPLY = '<script>alert("x")</script> and "><img src=x onerror=alert(1)>'
 
@@ -55,11 +55,7 @@ def project(pytester, keys):
 
 
 def run(pytester, server, *extra, target="t", report="r.json"):
-    result = pytester.runpytest(
-        "demo.yaml", *model_args(server, target=target), f"--socialbias-report={report}", "-p", "no:cacheprovider", *extra
-    )
-    path = pytester.path / report
-    return result, (read_report(path) if path.exists() else None)
+    return run_with_report(pytester, "demo.yaml", *model_args(server, target=target), *extra, report=report)
 
 
 def test_baseline_comparison_fails_the_no_regression_gate(project, server):
