@@ -67,8 +67,11 @@ class Aggregator:
         if note not in self.notes:
             self.notes.append(note)
 
-    def aggregate(self) -> RunResult:
-        """Metrics, judge check, comparison, detection summary and gate verdicts."""
+    def aggregate(self, snapshots=None, failures_before: int = 0) -> RunResult:
+        """The run's one complete result: metrics, judge check, comparison, detection
+        summary, gate verdicts, the snapshot comparison (``snapshots(records, metrics)``:
+        snapshots.check_snapshots bound to the session, or None without syrupy) and the
+        exit status (1 when the results fail the run or ``failures_before`` items failed)."""
         if self.models.uses_local_default and "target" not in self.models.specs:
             # Under xdist only the workers collected, so only they switched to the
             # embedded model; the controller's report and warnings must say so too.
@@ -108,7 +111,7 @@ class Aggregator:
             self.gates, metrics, comparison, ran=ran, evidence=evidence_by_suite(records),
             no_baseline_yet=self.settings.baseline == NO_BASELINE,
         )
-        return RunResult(
+        result = RunResult(
             models=models,
             records=tuple(records),
             metrics=tuple(metrics),
@@ -126,7 +129,9 @@ class Aggregator:
             gates_looked_for=shown_path(self.settings.thresholds_file),
             partial=self.partial,
             strict=bool(self.settings.strict),
+            snapshots=snapshots(records, metrics) if snapshots is not None else None,
         )
+        return dataclasses.replace(result, exit_status=1 if failures_before or result.failed else 0)
 
     def _judge_check(self, metrics: list[dict]) -> tuple[dict | None, list[dict]]:
         """Label the reference replies with this run's judge; agreement rows."""
@@ -173,12 +178,3 @@ def _adaptations(records) -> dict:
         for role, adapted in (record.get("adapted") or {}).items():
             found.setdefault(role, []).append(adapted)
     return {role: merge(items) for role, items in found.items()}
-
-
-def with_snapshots(result: RunResult, snapshots) -> RunResult:
-    return dataclasses.replace(result, snapshots=snapshots)
-
-
-def failed(result: RunResult) -> bool:
-    """Whether the run fails: a failed gate, or more flipped snapshots than allowed."""
-    return result.failed

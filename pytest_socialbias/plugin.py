@@ -15,7 +15,6 @@ record rides on its call-phase TestReport, which xdist replays on the controller
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from . import heap
-from .aggregate import Aggregator, failed, shown_path, with_snapshots
+from .aggregate import Aggregator, shown_path
 from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
 from .files import looks_like_suite
@@ -590,16 +589,15 @@ class Controller:
         aggregator = self.state.aggregator
         if not aggregator.records:
             return
-        result = aggregator.aggregate()
         from .snapshots import check_snapshots
 
-        snapshots = check_snapshots(
-            session.config, result.records, result.metrics, aggregator.suite_files, self.state.settings.snapshot_max_flips
-        )
-        result = with_snapshots(result, snapshots)
-        if failed(result):
+        def snapshots(records, metrics):
+            return check_snapshots(session.config, records, metrics, aggregator.suite_files,
+                                   self.state.settings.snapshot_max_flips)
+
+        self.result = result = aggregator.aggregate(snapshots, failures_before=session.testsfailed)
+        if result.failed:
             session.testsfailed += 1  # a failed gate makes the exit status 1
-        self.result = result = dataclasses.replace(result, exit_status=1 if session.testsfailed else 0)
         from .report import write_files
 
         self.unwritten = write_files(result)

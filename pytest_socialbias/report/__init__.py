@@ -1,5 +1,7 @@
 """Reports of a run: the terminal summary, the JSON report (and its schema), the HTML page
-and JUnit properties. Each takes the run's frozen RunResult (result.py) and nothing else."""
+and JUnit properties. Each takes the run's frozen RunResult (result.py) and nothing else:
+the HTML page is drawn from the JSON report built from it (so the page shows what the
+file holds). Numbers read the same in the terminal and the page (formatting.py)."""
 
 from __future__ import annotations
 

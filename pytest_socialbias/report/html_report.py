@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from ..metrics.catalogue import CATALOGUE, is_percent
+from . import formatting as fmt
 
 MATPLOTLIB_NOTE = "plots need matplotlib: pip install 'pytest-socialbias[report]'"
 
@@ -117,27 +118,17 @@ def _is_rate(metric) -> bool:
 
 
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return fmt.is_number(value)
 
 
 def _number(value, metric) -> str:
-    """A rate as ``12.5%``, a scale mean (coherence 1-5) as ``3.42``; anything else as text."""
-    if value is None:
-        return MISSING
-    if not _is_number(value):
-        return _text(value)
-    return f"{100 * value:.1f}%" if _is_rate(metric) else f"{value:.2f}"
+    """A rate as ``12.5%``, a scale mean (coherence 1-5) as ``3.42`` (formatting.py)."""
+    return _text(fmt.number(value, metric, missing=MISSING))
 
 
 def _interval(low, high, metric) -> str:
     """``[8.1, 18.7]`` (percent for rates), or a dash when the interval is missing."""
-    if low is None or high is None:
-        return MISSING
-    if not (_is_number(low) and _is_number(high)):
-        return f"[{_text(low)}, {_text(high)}]"
-    if _is_rate(metric):
-        return f"[{100 * low:.1f}, {100 * high:.1f}]"
-    return f"[{low:.2f}, {high:.2f}]"
+    return _text(fmt.interval(low, high, metric, missing=MISSING))
 
 
 def _value_ci(value, low, high, metric) -> str:
@@ -150,11 +141,7 @@ def _value_ci(value, low, high, metric) -> str:
 
 def _difference(value, metric) -> str:
     """A signed difference: percentage points for rates, plain for scale means."""
-    if value is None:
-        return MISSING
-    if not _is_number(value):
-        return _text(value)
-    return f"{100 * value:+.1f} pp" if _is_rate(metric) else f"{value:+.2f}"
+    return _text(fmt.difference(value, metric, missing=MISSING))
 
 
 def _plain(value, digits: int = 2) -> str:
@@ -164,11 +151,7 @@ def _plain(value, digits: int = 2) -> str:
 
 
 def _p_value(value) -> str:
-    if value is None:
-        return MISSING
-    if not _is_number(value):
-        return _text(value)
-    return "&lt;0.001" if value < 0.001 else f"{value:.3f}"
+    return _text(fmt.p_value(value, missing=MISSING))
 
 
 def _scope(row: dict) -> str:

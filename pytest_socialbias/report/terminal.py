@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..metrics import outcome_counts
 from ..metrics.catalogue import CATALOGUE, is_percent
+from . import formatting as fmt
 
 MAX_ERRORS_SHOWN = 10
 MAX_METRIC_DIFF_LINES = 40
@@ -19,17 +20,11 @@ def _is_rate(metric: str) -> bool:
 
 
 def _pct(value, metric: str = "") -> str:
-    if value is None:
-        return "-"
-    return f"{100 * value:5.1f}%" if _is_rate(metric) else f"{value:.2f}"
+    return fmt.number(value, metric, width=5)
 
 
 def _interval(row) -> str:
-    if row.get("ci_low") is None:
-        return "-"
-    if not _is_rate(row.get("metric", "")):
-        return f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
-    return f"[{100 * row['ci_low']:.1f}, {100 * row['ci_high']:.1f}]"
+    return fmt.interval(row.get("ci_low"), row.get("ci_high"), row.get("metric", ""))
 
 
 def _cell(row) -> str:
@@ -253,13 +248,11 @@ def gate_bound_text(g: dict) -> str:
 
 
 def _signed(value, metric: str) -> str:
-    if value is None:
-        return "-"
-    return f"{100 * value:+.1f}" if _is_rate(metric) else f"{value:+.2f}"
+    return fmt.difference(value, metric, unit=False)
 
 
 def _p(value) -> str:
-    return "-" if value is None else (f"{value:.3f}" if value >= 0.001 else f"{value:.1e}")
+    return fmt.p_value(value)
 
 
 def comparison_lines(comparison: dict) -> list[str]:
@@ -272,11 +265,11 @@ def comparison_lines(comparison: dict) -> list[str]:
     for r in comparison["rows"]:
         scope = "/".join(x for x in (r["suite"], r["category"], r["style"]) if x)
         rate = _is_rate(r["metric"])
-        fmt = (lambda v: "-" if v is None else f"{100 * v:.1f}%") if rate else (lambda v: "-" if v is None else f"{v:.2f}")
         interval = "-" if r["diff_low"] is None else f"[{_signed(r['diff_low'], r['metric'])}, {_signed(r['diff_high'], r['metric'])}]"
         rows.append(
             [
-                f"{scope}:{r['metric']}", str(r["n_pairs"]), fmt(r["baseline"]), fmt(r["current"]),
+                f"{scope}:{r['metric']}", str(r["n_pairs"]), fmt.number(r["baseline"], r["metric"]),
+                fmt.number(r["current"], r["metric"]),
                 _signed(r["diff"], r["metric"]), interval, _p(r["p_value"]), _p(r["p_adjusted"]),
                 _mde_text(r, rate), r.get("family", "-"), r["verdict"],
             ]
