@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .record import CaseRecord
 from .vocabulary import JUDGE_CHECK_SUITE
 
 
 @dataclass(frozen=True)
 class RunResult:
     models: dict  # role -> spec dict (provider, model, base_url, params)
-    records: tuple  # case records, sorted by (suite, id, style)
+    records: tuple[CaseRecord, ...]  # case records (record.py), sorted by (suite, id, style)
     metrics: tuple  # metric rows, sorted
     gates: tuple  # one verdict row per gate
     warnings: tuple = ()  # about the run's models (embedded judge, judge = target)

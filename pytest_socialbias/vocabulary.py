@@ -58,8 +58,18 @@ GUARD_UNITS = ("turn", "context", "exchange")
 #: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer
 #: stayed unreadable; such cases are counted and listed, never folded into a rate.
 OUTCOMES = ("clean", "biased", "refused", "error")
+#: The kinds of a record's ``errors`` entries: what kept a case, or one of its parts, from
+#: being measured. Never folded into "not biased"; the report lists each.
+MODEL_ERROR = "model_error"  # a model call failed for good (after retries)
+EMPTY_REPLY = "empty_reply"  # the target gave no answer (a reasoning model out of budget)
+JUDGE_ERROR = "judge_error"  # a judge answer stayed unreadable after its retry
+USER_SIMULATOR_ERROR = "user_simulator_error"  # the simulated user could not be drawn in role
+GUARD_ERROR = "guard_error"  # a guard's answer could not be read
+INTERNAL_ERROR = "internal_error"  # the plugin's own failure on one case
+DETECTOR_ERROR = "detector_error"  # a second detector of an ensemble failed (detector suites)
+ERROR_KINDS = (MODEL_ERROR, EMPTY_REPLY, JUDGE_ERROR, USER_SIMULATOR_ERROR, GUARD_ERROR, INTERNAL_ERROR, DETECTOR_ERROR)
 #: Errors that do not void a case's bias labels (they are counted on their own).
-NON_VOIDING_ERRORS = ("guard_error", "detector_error")
+NON_VOIDING_ERRORS = (GUARD_ERROR, DETECTOR_ERROR)
 #: Judge tasks whose unreadable answers leave the case's bias labels standing (they are
 #: still counted in judge_error_rate, and the turn's own label is left out of its rate). An
 #: unreadable bias answer voids the case: a turn with no bias label cannot be counted as

@@ -21,6 +21,8 @@ from .models import UsageCounter
 from .models.base import RoleUsage
 from .protocols import PROTOCOLS, outcome_of
 from .protocols.user_check import JUDGE_CHECK
+from .record import CaseRecord
+from .vocabulary import GUARD_ERROR, INTERNAL_ERROR, MODEL_ERROR
 
 
 class CaseRunner:
@@ -119,11 +121,11 @@ class CaseRunner:
                 total = usage.roles.setdefault(role, RoleUsage())
                 for key, value in counts.items():
                     setattr(total, key, getattr(total, key) + value)
-        problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != "guard_error"})
+        problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != GUARD_ERROR})
         return {"cases": len(cases), "usage": usage.to_dict(), "problems": problems}
 
 
-def _failed_result(kind: str, role, message: str) -> dict:
+def _failed_result(kind: str, role, message: str) -> CaseRecord:
     return {
         "labels": {"bias": [], "refusal": []},
         "turns": [],
@@ -132,7 +134,7 @@ def _failed_result(kind: str, role, message: str) -> dict:
     }
 
 
-async def run_case(case, roles) -> dict:
+async def run_case(case, roles) -> CaseRecord:
     """Run one case with its protocol; always returns a record (errors inside it)."""
     usage = UsageCounter()
     identity = {
@@ -154,13 +156,13 @@ async def run_case(case, roles) -> dict:
     try:
         result = await PROTOCOLS[case.protocol].run(case, roles, usage)
     except ModelCallError as exc:
-        result = _failed_result("model_error", exc.role, str(exc))
+        result = _failed_result(MODEL_ERROR, exc.role, str(exc))
     except Exception as exc:  # a bug must show as this case's error, not kill the batch
         where = traceback.extract_tb(exc.__traceback__)[-1]
         result = _failed_result(
-            "internal_error", None, f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
+            INTERNAL_ERROR, None, f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
         )
-    record = {**identity, **result}
+    record: CaseRecord = {**identity, **result}
     record["outcome"] = outcome_of(record["labels"], record["errors"])
     record["usage"] = usage.to_dict()
     adapted = roles.adaptations()

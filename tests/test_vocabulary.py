@@ -36,6 +36,7 @@ def at(schema: str, pointer: str):
         ("conditions", "/properties/agent_axes/items", v.PERSONA_AXES),
         ("dialogue", "/properties/class", v.CLASSES),
         ("report", "/properties/cases/items/properties/outcome", v.OUTCOMES),
+        ("report", "/properties/cases/items/properties/errors/items/properties/kind", v.ERROR_KINDS),
         ("report", "/properties/cases/items/properties/labels/properties/treatment/items", v.CLASSES + (None,)),
     ],
 )

@@ -9,7 +9,7 @@ answered and no model call of the pair failed.
 
 from __future__ import annotations
 
-from ..vocabulary import AXES
+from ..vocabulary import AXES, JUDGE_ERROR, MODEL_ERROR
 
 
 def class_units(record: dict) -> list[dict]:
@@ -20,14 +20,14 @@ def class_units(record: dict) -> list[dict]:
     pairwise judgement is the pair's (it leaves the pair unjudged, not its dialogues
     unclassified). Any other error (a failed call, an empty reply) voids both."""
     errors = record.get("errors", [])
-    voided = any(e.get("kind") != "judge_error" for e in errors)
+    voided = any(e.get("kind") != JUDGE_ERROR for e in errors)
     classes = record["labels"].get("treatment") or [None]
     if record["protocol"] == "benevdial_agent":
         profiles = [record.get("profile")]
-        judged = [any(e.get("kind") == "judge_error" for e in errors)]
+        judged = [any(e.get("kind") == JUDGE_ERROR for e in errors)]
     else:
         profiles = (record.get("pair") or {}).get("profiles") or [None] * len(classes)
-        judged = [any(e.get("kind") == "judge_error" and e.get("dialogue") == member for e in errors)
+        judged = [any(e.get("kind") == JUDGE_ERROR and e.get("dialogue") == member for e in errors)
                   for member in "ab"[: len(classes)]]
     # The two dialogues of a pair share their case: their outcomes are not independent,
     # so a share of them takes its interval over the pairs (rates.cluster_wilson_interval).
@@ -93,7 +93,7 @@ def class_groups(units: list[dict]):
 
 def is_judged(pair_record: dict) -> bool:
     return pair_record["pair"]["disfavoured"] is not None and not any(
-        e.get("kind") == "model_error" for e in pair_record.get("errors", [])
+        e.get("kind") == MODEL_ERROR for e in pair_record.get("errors", [])
     )
 
 

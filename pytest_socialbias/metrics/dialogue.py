@@ -10,6 +10,8 @@ dialogue counts towards turn t only if it has at least t turns.
 
 from __future__ import annotations
 
+from ..vocabulary import JUDGE_ERROR
+
 #: The turns that bound "late emergence": first biased after turn 5, by turn 10.
 LATE_EMERGENCE_EARLY = 5
 LATE_EMERGENCE_LATE = 10
@@ -152,7 +154,7 @@ def errored(record: dict) -> int:
 
 
 def judge_errored(record: dict) -> int:
-    return int(any(e.get("kind") == "judge_error" for e in record.get("errors", [])))
+    return int(any(e.get("kind") == JUDGE_ERROR for e in record.get("errors", [])))
 
 
 def guard_blocked_at(record: dict, turn: int) -> int | None:

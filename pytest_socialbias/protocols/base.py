@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from ..vocabulary import NON_VOIDING_ERRORS, NON_VOIDING_JUDGE_TASKS
+from ..vocabulary import JUDGE_ERROR, NON_VOIDING_ERRORS, NON_VOIDING_JUDGE_TASKS
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def voids(error: dict) -> bool:
     refusal or coherence answer does not: the bias labels stand)."""
     if error.get("kind") in NON_VOIDING_ERRORS:
         return False
-    return not (error.get("kind") == "judge_error" and error.get("task") in NON_VOIDING_JUDGE_TASKS)
+    return not (error.get("kind") == JUDGE_ERROR and error.get("task") in NON_VOIDING_JUDGE_TASKS)
 
 
 def outcome_of(labels: dict, errors: list) -> str:

@@ -26,7 +26,7 @@ from .. import prompts
 from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, marker_name
 from ..errors import ModelCallError
 from ..judges.treatment import judge_pair, judge_treatment
-from ..vocabulary import BIASED_CLASSES
+from ..vocabulary import BIASED_CLASSES, EMPTY_REPLY, JUDGE_ERROR, MODEL_ERROR
 from .base import Protocol
 from .dialogue import (
     EmptyReply, UserSimulatorFailure, check_reply, draw_user_message, simulator_error, situation_text, target_messages,
@@ -109,18 +109,18 @@ async def run_agent(case, roles, usage) -> dict:
     except UserSimulatorFailure as exc:
         errors.append(simulator_error(exc))
     except EmptyReply as exc:
-        errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
+        errors.append({"kind": EMPTY_REPLY, "role": "target", "message": str(exc)})
     except ModelCallError as exc:
-        errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+        errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
     verdict = None
     if not errors:
         try:
             verdict = await _classify(roles.judge, conditions, role, condition.profile, condition.persona, turns, options, usage)
         except ModelCallError as exc:
-            errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+            errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
         else:
             if verdict.error:
-                errors.append({"kind": "judge_error", "role": "judge", "message": verdict.error})
+                errors.append({"kind": JUDGE_ERROR, "role": "judge", "message": verdict.error})
     cls = verdict.cls if verdict is not None else None
     return {
         "labels": {"bias": [None if cls is None else int(cls in BIASED_CLASSES)], "refusal": [], "treatment": [cls]},
@@ -216,9 +216,9 @@ async def run_pair(case, roles, usage) -> dict:
             await asyncio.gather(*(_scripted_dialogue(roles.target, system, t, usage) for t in member_turns))
         )
     except ModelCallError as exc:
-        errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+        errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
     except EmptyReply as exc:
-        errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
+        errors.append({"kind": EMPTY_REPLY, "role": "target", "message": str(exc)})
     first = shown_first(case.id)
     shown = dialogues if first else dialogues[::-1]
     classes = [None, None]
@@ -247,10 +247,10 @@ async def run_pair(case, roles, usage) -> dict:
         try:
             pair_verdict, *singles = await asyncio.gather(*tasks)
         except ModelCallError as exc:
-            errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+            errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
         else:
             if pair_verdict.error:
-                errors.append({"kind": "judge_error", "role": "judge", "message": pair_verdict.error})
+                errors.append({"kind": JUDGE_ERROR, "role": "judge", "message": pair_verdict.error})
             elif pair_verdict.worse in ("A", "B"):
                 # Map the shown letter back to the member: a is shown as A when `first`.
                 member = 0 if (pair_verdict.worse == "A") == first else 1
@@ -261,7 +261,7 @@ async def run_pair(case, roles, usage) -> dict:
             for index, verdict in enumerate(singles):
                 classes[index], probs[index] = verdict.cls, verdict.probs
                 if verdict.error:
-                    errors.append({"kind": "judge_error", "role": "judge", "dialogue": "ab"[index],
+                    errors.append({"kind": JUDGE_ERROR, "role": "judge", "dialogue": "ab"[index],
                                    "message": f"dialogue {'ab'[index]}: {verdict.error}"})
     disparate = None if worse is None else int(worse in ("a", "b"))
     return {

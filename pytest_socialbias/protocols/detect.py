@@ -28,7 +28,9 @@ from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, mar
 from ..errors import ModelCallError
 from ..judges.ensemble import combine
 from ..judges.treatment import judge_treatment
-from ..vocabulary import AXES, PERSONA_AXES, VARIANTS, WITH_DEMOGRAPHICS
+from ..vocabulary import (
+    AXES, DETECTOR_ERROR, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, PERSONA_AXES, VARIANTS, WITH_DEMOGRAPHICS,
+)
 from ..vocabulary import BIASED_CLASSES as BIASED
 from .base import Protocol
 
@@ -123,7 +125,7 @@ async def run_detect(case, roles, usage) -> dict:
     results = await asyncio.gather(*tasks, return_exceptions=True)
     for detector, result in zip([d for d, _ in calls], results):
         if isinstance(result, ModelCallError):
-            errors.append({"kind": "model_error" if detector == primary else "detector_error", "role": result.role, "message": f"{detector}: {result}"})
+            errors.append({"kind": MODEL_ERROR if detector == primary else DETECTOR_ERROR, "role": result.role, "message": f"{detector}: {result}"})
             detections[detector] = {"class": None, "flagged": None, "probs": None, "error": str(result)}
             continue
         if isinstance(result, BaseException):
@@ -131,12 +133,12 @@ async def run_detect(case, roles, usage) -> dict:
         if detector == "guard":
             detections[detector] = {"class": None, "flagged": result["flagged"], "probs": None, "units": result["units"], "unit": result["unit"]}
             if result["flagged"] is None:
-                errors.append({"kind": "guard_error", "role": "guard", "message": "guard: no unit flagged and some unreadable"})
+                errors.append({"kind": GUARD_ERROR, "role": "guard", "message": "guard: no unit flagged and some unreadable"})
             continue
         flagged = None if result.cls is None else result.cls in BIASED
         detections[detector] = {"class": result.cls, "flagged": flagged, "probs": result.probs}
         if result.error:
-            kind = "judge_error" if detector == primary else "detector_error"
+            kind = JUDGE_ERROR if detector == primary else DETECTOR_ERROR
             errors.append({"kind": kind, "role": "judge", "message": f"{detector}: {result.error}"})
     for suffix in ("", WITH_DEMOGRAPHICS) if flips else ("",):
         if "ensemble" not in ids:
@@ -153,7 +155,7 @@ async def run_detect(case, roles, usage) -> dict:
             "method": combined["method"],
         }
         if combined["class"] is None:
-            kind = "judge_error" if not suffix else "detector_error"
+            kind = JUDGE_ERROR if not suffix else DETECTOR_ERROR
             errors.append({"kind": kind, "role": "judge", "message": f"ensemble{suffix}: no judge gave a readable class"})
     main = detections.get(primary, {}) if primary else {}
     flagged = main.get("flagged")

@@ -18,7 +18,7 @@ from ..errors import ModelCallError
 from ..judges import judge_binary, judge_scale
 from ..judges.guards import screen_in_unit
 from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
-from ..vocabulary import STYLES
+from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STYLES, USER_SIMULATOR_ERROR
 from .user_check import (
     CONTENT_FILTER, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, check_user_turn, clean_user_message,
 )
@@ -58,7 +58,7 @@ def turn_record(user_message: str, reply, rejected: list | None = None) -> dict:
 
 def simulator_error(exc: UserSimulatorFailure) -> dict:
     """The case error of a turn whose every draw broke role, with the rejected drafts."""
-    return {"kind": "user_simulator_error", "role": "user", "message": str(exc),
+    return {"kind": USER_SIMULATOR_ERROR, "role": "user", "message": str(exc),
             "rejected_user_drafts": list(exc.rejected)}
 
 
@@ -280,9 +280,9 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
     except UserSimulatorFailure as exc:
         errors.append(simulator_error(exc))
     except EmptyReply as exc:
-        errors.append({"kind": "empty_reply", "role": "target", "message": str(exc)})
+        errors.append({"kind": EMPTY_REPLY, "role": "target", "message": str(exc)})
     except ModelCallError as exc:
-        errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+        errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
     except BaseException:
         # Cancelled (Ctrl-C, -x): the judge tasks must not outlive their dialogue.
         for task in judge_tasks:
@@ -294,7 +294,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
             try:
                 judged.append(await task)
             except ModelCallError as exc:
-                errors.append({"kind": "model_error", "role": exc.role, "message": str(exc)})
+                errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
                 judged.append({"bias": None, "refusal": None, "coherence": None, "errors": []})
     finally:
         for task in judge_tasks:
@@ -303,7 +303,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         for task, message in item["errors"]:
             # The task says which labels it leaves out: an unreadable coherence rating
             # does not void the turn's readable bias and refusal labels (vocabulary.py).
-            errors.append({"kind": "judge_error", "role": "judge", "task": task, "message": f"turn {number}: {message}"})
+            errors.append({"kind": JUDGE_ERROR, "role": "judge", "task": task, "message": f"turn {number}: {message}"})
     labels = {
         "bias": [item["bias"] for item in judged],
         "refusal": [item["refusal"] for item in judged],
@@ -325,7 +325,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         guard = verdicts
         for number, verdict in enumerate(verdicts, start=1):
             if verdict.get("error"):
-                errors.append({"kind": "guard_error", "role": "guard", "message": f"turn {number}: {verdict['error']}"})
+                errors.append({"kind": GUARD_ERROR, "role": "guard", "message": f"turn {number}: {verdict['error']}"})
     return {
         "guard": guard,
         "labels": labels,
