@@ -68,7 +68,7 @@ def fill(folder: Path, suite: Path, turns: int) -> int:
         target=f"openai:t@{URL}", judges=(f"openai:j@{URL}",), user=f"openai:u@{URL}",
         record="new", cache_dir=folder / ".socialbias", concurrency=10_000,
     )
-    models = ModelSet(settings, is_worker=False)
+    models = ModelSet(settings)
     models.pool.backend_for = lambda spec, option: InstantBackend()
     roles = models.roles()
     cases = load_suite(suite, SuiteOverrides(turns=turns)).cases

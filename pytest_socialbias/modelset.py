@@ -61,10 +61,12 @@ def endpoint_check(role: str, guard_kind_name: str | None = None) -> EndpointChe
 
 
 class ModelSet:
-    def __init__(self, settings, is_worker: bool, run_id: str | None = None):
+    def __init__(self, settings, role=None):
+        from .roles import SingleProcess
+
         self.settings = settings
-        self.is_worker = is_worker
-        self.run_id = run_id  # shared by a run's processes (endpoint checks); None: a new one
+        self.role = role or SingleProcess()  # roles.py: what this process does in the run
+        self.run_id = self.role.run_id()  # shared by a run's processes (endpoint checks)
         self.specs: dict[str, ModelSpec] = {}
         self.guard_kind: str | None = None
         self.guard_unit: str | None = None  # the guard spec's unit=, if any
@@ -147,39 +149,30 @@ class ModelSet:
             )
         return out
 
-    def server_plans(self, workers: int = 0) -> dict:
+    def server_plans(self) -> dict:
         """Role -> the server this process starts for it (vllm:, server: specs;
-        models/managed.py): the shared ones on the controller; per-worker ones
-        (``placement=worker``) on each worker with its share of the GPUs, or on the only
-        process when there are no workers (``workers`` is 0)."""
-        import os
-
-        from .models.managed import gpu_share, placement, plan_for
+        models/managed.py): the shared ones on the controller (or the only process),
+        per-worker ones (``placement=worker``) on each worker with its share of the GPUs
+        (roles.py decides)."""
+        from .models.managed import placement, plan_for
 
         out = {}
         for role, spec in self.specs.items():
             if not provider_of(spec).managed:
                 continue
             option = role_of(role).option
-            per_worker = placement(spec, option) == "worker"
-            if per_worker and self.is_worker:
-                name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-                count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-                index = int(name[2:]) if name[2:].isdigit() else 0
-                out[role] = plan_for(spec, option, gpu_share(self.settings.gpus, index, count), name)
-            elif per_worker and not self.is_worker and not workers:
-                out[role] = plan_for(spec, option, self.settings.gpus, "main")
-            elif not per_worker and not self.is_worker:
-                out[role] = plan_for(spec, option, self.settings.gpus)
+            share = self.role.server_share(placement(spec, option) == "worker", self.settings.gpus)
+            if share is not None:
+                out[role] = plan_for(spec, option, *share)
         return out
 
-    def start_servers(self, workers: int = 0) -> None:
+    def start_servers(self) -> None:
         """Start this process's managed servers (never for a dry run or a replay, which
         call nothing); ConfigError quoting the log when one fails."""
         s = self.settings
         if s.dry_run or s.record == "none":
             return
-        plans = self.server_plans(workers)
+        plans = self.server_plans()
         if not plans:
             return
         from .models.managed import DEFAULT_START_TIMEOUT_S, ServerPool

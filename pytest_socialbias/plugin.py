@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from . import heap
+from . import heap, roles
 from .aggregate import Aggregator, shown_path
 from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
@@ -104,8 +104,10 @@ def _wanted(config: pytest.Config, path: Path) -> bool:
     return any(resolved == root or root in resolved.parents for root in wanted)
 
 
-def _is_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput")
+def _role(config: pytest.Config) -> roles.ProcessRole:
+    """This process's role (roles.py), as configured."""
+    state = config.stash.get(STATE, None)
+    return state.models.role if state is not None else roles.choose(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -128,13 +130,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("socialbias_dry_run") and getattr(config.option, "dist", "no") != "no":
         # A dry run calls no model: one process plans every case (xdist starts later).
         config.option.dist = "no"
-    worker = _is_worker(config)
+    role = roles.choose(config)
     calls_models = not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False))
     try:
         settings = read_settings(config)
-        # One id for the run, shared with its xdist workers (pytest_configure_node).
-        run_id = config.workerinput.get("socialbias_run") if worker else uuid.uuid4().hex
-        models = ModelSet(settings, worker, run_id)
+        models = ModelSet(settings, role)
         gates, gates_file = [], None
         if settings.thresholds is not None or settings.thresholds_file.exists():
             if not settings.thresholds_file.exists():
@@ -143,53 +143,45 @@ def pytest_configure(config: pytest.Config) -> None:
                     "thresholds.yaml or leave the option out"
                 )
             gates, gates_file = load_gates(settings.thresholds_file), settings.thresholds_file
-        aggregator = None
-        if not worker:
-            if settings.record != "off":
-                from .cache import CallCache
-
-                # Fail now, before any work, if the folder is unusable or the file damaged.
-                CallCache(settings.cache_dir, settings.record, verify=True).close()
-            gates, skipped = _preflight(config, settings, gates)
-            aggregator = Aggregator(settings, models, gates, gates_file)
-            aggregator.skipped_gates = skipped
-            if skipped:
-                aggregator.notes.append(
-                    f"{len(skipped)} gate(s) of suites this project does not have were skipped "
-                    f"(--socialbias-gates-for=present): {', '.join(gate.name for gate in skipped)}"
-                )
-            if calls_models:
-                models.start_servers(workers=_xdist_workers(config))
-        else:
+        aggregator = _aggregator(config, settings, models, gates, gates_file) if role.aggregates else None
+        if isinstance(role, roles.Worker):
             from .models import managed
 
-            managed.URLS.update(config.workerinput.get("socialbias_servers") or {})
-            models.start_servers()  # this worker's own (placement=worker), if any
-        if calls_models and (worker or not _xdist_workers(config)):
-            # Only where the cases run: not for --collect-only, and not in an xdist
-            # controller, which calls no model (importing an SDK there cost 1.4 s of CPU
-            # that its workers, on the same cores, wanted).
-            models.start_warm_up()
+            managed.URLS.update(role.workerinput.get("socialbias_servers") or {})
+            role.queued = lambda: [item.case for item in _xdist_queued_items(config)]
+        if calls_models:
+            models.start_servers()  # this role's share (roles.py): shared, per-worker, or all
+            if role.runs_cases:
+                # Only where the cases run: not for --collect-only, and not in an xdist
+                # controller, which calls no model (importing an SDK there cost 1.4 s of CPU
+                # that its workers, on the same cores, wanted).
+                models.start_warm_up()
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    state = RunState(settings, models, CaseRunner(models, worker), aggregator)
-    config.stash[STATE] = state
-    if worker:
-        state.cases.queued_cases = lambda: [item.case for item in _xdist_queued_items(config)]
-    else:
+    config.stash[STATE] = state = RunState(settings, models, CaseRunner(models), aggregator)
+    if role.aggregates:
         config.pluginmanager.register(Controller(state), "socialbias-controller")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistController(state), "socialbias-xdist-controller")
 
 
-def _xdist_workers(config: pytest.Config) -> int:
-    """How many xdist workers will run cases (0: this process runs them)."""
-    if getattr(config.option, "dist", "no") == "no":
-        return 0
-    try:
-        return int(getattr(config.option, "numprocesses", 0) or 0)
-    except (TypeError, ValueError):
-        return 1
+def _aggregator(config: pytest.Config, settings, models, gates, gates_file) -> Aggregator:
+    """The aggregating process's Aggregator, after the checks made before any work: the
+    cache usable, the suites sound, every gate's suite present and reachable."""
+    if settings.record != "off":
+        from .cache import CallCache
+
+        # Fail now, before any work, if the folder is unusable or the file damaged.
+        CallCache(settings.cache_dir, settings.record, verify=True).close()
+    gates, skipped = _preflight(config, settings, gates)
+    aggregator = Aggregator(settings, models, gates, gates_file)
+    aggregator.skipped_gates = skipped
+    if skipped:
+        aggregator.notes.append(
+            f"{len(skipped)} gate(s) of suites this project does not have were skipped "
+            f"(--socialbias-gates-for=present): {', '.join(gate.name for gate in skipped)}"
+        )
+    return aggregator
 
 
 def _preflight(config: pytest.Config, settings, gates) -> tuple[list, list]:
@@ -250,8 +242,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(STATE, None)
     if state is None or not state.models.specs:
         return []
-    roles = ", ".join(f"{role}={spec.resolved}" for role, spec in sorted(state.models.specs.items()))
-    lines = [f"socialbias: {roles}; record={state.settings.record}, cache={state.settings.cache_dir}"]
+    specs = ", ".join(f"{role}={spec.resolved}" for role, spec in sorted(state.models.specs.items()))
+    lines = [f"socialbias: {specs}; record={state.settings.record}, cache={state.settings.cache_dir}"]
     aggregator = state.aggregator
     if aggregator is not None and aggregator.gates_file is None:
         strict = "the run fails (--socialbias-strict)" if state.settings.strict else "no gate decides this run"
@@ -275,7 +267,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from .models.providers import provider_of
 
     for role, spec in sorted(state.models.specs.items()):
-        if provider_of(spec).managed and placement(spec) == "worker" and _xdist_workers(config):
+        if provider_of(spec).managed and placement(spec) == "worker" and roles.xdist_workers(config):
             lines.append(
                 f"socialbias: {role}: one {spec.provider} server per worker, each on its share of "
                 f"{'GPUs ' + state.settings.gpus if state.settings.gpus else 'the visible GPUs'} "
@@ -306,7 +298,7 @@ EMPTY_SUITES = pytest.StashKey[list]()
 
 
 def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items) -> list[str]:
-    if _is_worker(config):
+    if not _role(config).aggregates:
         return []
     return _collection_lines(config, start_path)
 
@@ -315,7 +307,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Under xdist only the workers collect: each hands its collection lines to the
     controller (XdistController prints them once, in the terminal summary)."""
     config = session.config
-    if _is_worker(config):
+    if isinstance(_role(config), roles.Worker):
         config.workeroutput["socialbias_collection"] = _collection_lines(config, Path(config.invocation_params.dir))
 
 
@@ -412,16 +404,16 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     cases = [item for item in items if isinstance(item, CaseItem)]
     if not cases:
         return
-    worker = _is_worker(config)
+    role = state.models.role
     try:
         state.models.use_local_default()
     except ConfigError as exc:
-        if not worker:
+        if role.usage_errors():
             raise pytest.UsageError(str(exc)) from None
         state.setup_error = str(exc)
     state.protocols = {item.case.protocol for item in cases}
     missing = state.models.missing_roles(state.protocols)
-    if missing and not worker:
+    if missing and role.usage_errors():
         raise pytest.UsageError(
             f"{len(cases)} social-bias case(s) collected but no model given for "
             f"{', '.join(missing)}: pass e.g. {' '.join(m + '=openai:MODEL' for m in missing)} "
@@ -440,7 +432,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     batches = batch_ids([item.nodeid for item in items], lambda f: suite_batch_size(root / f, state.settings.batch_size))
     for item in cases:
         state.cases.add(item.case, batches.get(item.nodeid, item.nodeid))
-    if state.settings.dry_run and not worker:
+    if state.settings.dry_run and role.aggregates:
         state.aggregator.dry_plan = state.cases.dry_run_plan([item.case for item in cases])
         # Nothing runs: the plan is shown in the summary, and the exit status is 0.
         config.hook.pytest_deselected(items=cases)
@@ -462,7 +454,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if isinstance(item, CaseItem):
         state = item.config.stash[STATE]
-        if state.cases.progress is None and not _is_worker(item.config):
+        if state.cases.progress is None and state.models.role.aggregates:
             state.cases.progress = _progress_writer(item.config)
 
 

@@ -26,9 +26,8 @@ from .vocabulary import GUARD_ERROR, INTERNAL_ERROR, MODEL_ERROR
 
 
 class CaseRunner:
-    def __init__(self, models, is_worker: bool):
-        self.models = models
-        self.is_worker = is_worker
+    def __init__(self, models):
+        self.models = models  # its role (roles.py) says which batches start beside a waited one
         # Batches this process may run: batch id -> selected cases, in collection order.
         self.batches: dict[str, list] = {}
         self._batch_of_case: dict[str, str] = {}
@@ -36,8 +35,6 @@ class CaseRunner:
         self._futures: dict[str, concurrent.futures.Future] = {}
         self.results: dict[str, dict] = {}
         self.progress = None  # callable(str | None) set by the plugin when on a terminal
-        #: On an xdist worker: a callable giving the cases queued for this worker.
-        self.queued_cases = None
 
     def add(self, case, batch_id: str) -> None:
         self.batches.setdefault(batch_id, []).append(case)
@@ -49,19 +46,15 @@ class CaseRunner:
         batch_id = self._batch_of_case.get(key, key)
         if key not in self._futures:
             self._start(batch_id, [case])
-            if not self.is_worker:
-                for other in self.batches:
-                    self._start(other, [])
         self._start_queued()
         self._wait(batch_id, key)
         return self.results[key]
 
     def _start_queued(self) -> None:
-        """On an xdist worker: start the batches xdist has already queued for it, so they
-        run beside the current one (checked again while waiting: they may arrive late)."""
-        if not self.is_worker or self.queued_cases is None:
-            return
-        for case in self.queued_cases():
+        """Start the batches this process's role runs beside the current one: every batch
+        on a single process, the batches xdist has already queued on a worker (checked
+        again while waiting: they may arrive late)."""
+        for case in self.models.role.upcoming(self):
             if case.key not in self._futures and case.key in self._batch_of_case:
                 self._start(self._batch_of_case[case.key], [])
 

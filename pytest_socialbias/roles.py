@@ -1,0 +1,113 @@
+"""What this pytest process does in a run, chosen once at configure time (``choose``).
+
+A run has one of three shapes, and each process plays one part in it:
+
+- ``SingleProcess``: no xdist workers (``-n 0``, ``-p no:xdist``, a dry run). It starts
+  every server the run needs, runs the cases (every batch at once, on its event loop),
+  aggregates, gates and reports.
+- ``Controller``: the xdist controller. It starts the shared servers, calls no model
+  (importing an SDK there would cost its workers CPU), never runs a case, and aggregates
+  the records its workers' reports carry.
+- ``Worker``: an xdist worker. It takes the run's id and the shared servers' addresses
+  from the controller, starts its own per-worker servers on its share of the GPUs, runs
+  the batches xdist sends it (those already queued beside the current one), and reports
+  nothing itself.
+
+The hooks (plugin.py), the case runner (worker.py) and the model set (modelset.py) ask
+the role object, never ``hasattr(config, "workerinput")``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Callable
+
+
+class ProcessRole:
+    name = ""
+    aggregates = True  # collects the records, decides the gates, writes the reports
+    runs_cases = True  # calls models: warms them up, runs batches
+
+    def run_id(self) -> str:
+        """The run's id, shared by all its processes (endpoint checks, the cache's runs)."""
+        return uuid.uuid4().hex
+
+    def server_share(self, per_worker: bool, gpus: str | None) -> tuple[str | None, str | None] | None:
+        """Where this process starts a managed server (models/managed.py): ``(gpus, name)``
+        for one it starts, None for one another process starts (or none does)."""
+        raise NotImplementedError
+
+    def upcoming(self, runner) -> list:
+        """Cases whose batches start beside the one an item waits for."""
+        return []
+
+    def usage_errors(self) -> bool:
+        """Whether a model problem found at collection is a usage error here (else each of
+        this process's items shows it: a worker cannot stop the run)."""
+        return self.aggregates
+
+
+class SingleProcess(ProcessRole):
+    name = "single process"
+
+    def server_share(self, per_worker, gpus):
+        return (gpus, "main") if per_worker else (gpus, None)
+
+    def upcoming(self, runner) -> list:
+        """Every batch: this process runs them all, side by side on one event loop."""
+        return [cases[0] for cases in runner.batches.values() if cases]
+
+
+class Controller(ProcessRole):
+    name = "xdist controller"
+    runs_cases = False
+
+    def __init__(self, workers: int):
+        self.workers = workers
+
+    def server_share(self, per_worker, gpus):
+        return None if per_worker else (gpus, None)
+
+
+class Worker(ProcessRole):
+    name = "xdist worker"
+    aggregates = False
+
+    def __init__(self, workerinput: dict, queued: Callable[[], list] | None = None):
+        self.workerinput = workerinput
+        self.queued = queued  # the cases xdist has queued for this worker (plugin.py)
+
+    def run_id(self) -> str:
+        return self.workerinput.get("socialbias_run") or uuid.uuid4().hex
+
+    def server_share(self, per_worker, gpus):
+        if not per_worker:
+            return None  # the controller's, reached through workerinput (managed.URLS)
+        from .models.managed import gpu_share
+
+        name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+        index = int(name[2:]) if name[2:].isdigit() else 0
+        return gpu_share(gpus, index, count), name
+
+    def upcoming(self, runner) -> list:
+        return self.queued() if self.queued is not None else []
+
+
+def choose(config) -> ProcessRole:
+    """The role of this process in the run of ``config``."""
+    if hasattr(config, "workerinput"):
+        return Worker(config.workerinput)
+    workers = xdist_workers(config)
+    return Controller(workers) if workers else SingleProcess()
+
+
+def xdist_workers(config) -> int:
+    """How many xdist workers will run cases (0: this process runs them)."""
+    if getattr(config.option, "dist", "no") == "no":
+        return 0
+    try:
+        return int(getattr(config.option, "numprocesses", 0) or 0)
+    except (TypeError, ValueError):
+        return 1
