@@ -15,7 +15,7 @@ from .judges.binary import JUDGE_PARAMS, YES_NO
 from .judges.guards import GUARD_PARAMS, GUARDS, guard_kind, guard_kind_from_model, settle_guard
 from .models import Model, CallPool, ModelSpec, check_credentials, parse_spec
 from .models.client import EndpointCheck
-from .models.providers import provider_of
+from .models.providers import MANAGED, provider_of
 from .protocols import GuardRole, Roles, required_roles
 from .runner import LoopRunner
 
@@ -158,7 +158,7 @@ class ModelSet:
 
         out = {}
         for role, spec in self.specs.items():
-            if not provider_of(spec).managed:
+            if not provider_of(spec).can(MANAGED):
                 continue
             option = role_of(role).option
             share = self.role.server_share(placement(spec, option) == "worker", self.settings.gpus)
@@ -187,7 +187,7 @@ class ModelSet:
     def spec_dicts(self) -> dict:
         out = {role: spec.to_dict() for role, spec in sorted(self.specs.items())}
         for role, spec in self.specs.items():
-            if provider_of(spec).managed:
+            if provider_of(spec).can(MANAGED):
                 from .models.managed import checkpoint_identity
 
                 out[role]["checkpoint"] = checkpoint_identity(spec.model)  # what the cache key names

@@ -264,10 +264,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             f"for {', '.join(server['roles'])} on every worker; ready in {server['ready_s']} s; log {server['log']})"
         )
     from .models.managed import placement
-    from .models.providers import provider_of
+    from .models.providers import MANAGED, provider_of
 
     for role, spec in sorted(state.models.specs.items()):
-        if provider_of(spec).managed and placement(spec) == "worker" and roles.xdist_workers(config):
+        if provider_of(spec).can(MANAGED) and placement(spec) == "worker" and roles.xdist_workers(config):
             lines.append(
                 f"socialbias: {role}: one {spec.provider} server per worker, each on its share of "
                 f"{'GPUs ' + state.settings.gpus if state.settings.gpus else 'the visible GPUs'} "

@@ -64,3 +64,19 @@ def test_a_seed_given_to_a_provider_without_one_is_refused_with_the_fix():
                                           r"remove seed="):
         parse_spec("anthropic:claude-x?seed=3", "--judge")
     assert parse_spec("openai:gpt-x?seed=3", "--judge").params["seed"] == 3
+
+
+def test_what_a_provider_can_do_is_one_set_of_capabilities():
+    """No booleans beside the set: every builtin provider's abilities are its capabilities,
+    and one registered without any is an HTTP endpoint (a base URL, checked and adapted to)."""
+    from dataclasses import fields
+
+    from pytest_socialbias.models.providers import (
+        ADAPTS, HTTP_ENDPOINT, KEYLESS_WITH_URL, MANAGED, RUNTIME_SETTINGS, TAKES_URL, Provider,
+    )
+
+    assert not [f.name for f in fields(Provider) if f.type in ("bool", bool) and f.name != "build_early"]
+    assert Provider("x", build=lambda ctx: None).capabilities == HTTP_ENDPOINT == {TAKES_URL, ADAPTS}
+    assert get("openai").can(KEYLESS_WITH_URL) and not get("anthropic").can(KEYLESS_WITH_URL)
+    assert get("vllm").can(MANAGED) and get("server").can(MANAGED) and not get("vllm").can(TAKES_URL)
+    assert get("hf").can(RUNTIME_SETTINGS) and not get("hf").can(ADAPTS) and not get("local").can(ADAPTS)

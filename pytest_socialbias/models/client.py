@@ -33,7 +33,7 @@ from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
 from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
-from .providers import CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
+from .providers import ADAPTS, CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
 from .thinking import split_thinking
 
@@ -308,7 +308,7 @@ class Model:
         check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
         # The endpoint check (module docstring): HTTP endpoints only; an in-process runtime
         # rejects nothing and holds answers to labels itself.
-        self.check = check if check is not None and self.provider.adapts else None
+        self.check = check if check is not None and self.provider.can(ADAPTS) else None
         if self.check is not None:
             settings.register_check(self)
 

@@ -19,10 +19,17 @@ from ..errors import ConfigError
 from ..registry import Registry
 from .local_backend import DEFAULT_NAME as EMBEDDED_MODEL
 
-#: Capabilities a backend may have.
-CONSTRAINED_ANSWERS = "constrained answers"  # holds an answer to given choices (a grammar)
-LOGPROBS = "log-probabilities"  # returns token log-probabilities when asked
-SEED = "seed"  # honours a sampling seed
+#: What a provider can do, each a behaviour the core acts on (``Provider.can``).
+CONSTRAINED_ANSWERS = "constrained answers"  # holds an answer to given choices itself (a grammar)
+LOGPROBS = "log-probabilities"  # returns token log-probabilities: asked only of such providers
+SEED = "seed"  # honours a sampling seed: a spec's seed= is refused elsewhere
+TAKES_URL = "takes a base URL"  # a spec may give @BASE_URL
+KEYLESS_WITH_URL = "keyless with a base URL"  # a spec with @URL needs no key (a placeholder is sent)
+ADAPTS = "adapts to its endpoint"  # an HTTP endpoint: checked once per role, adapted to (adapt.py)
+MANAGED = "managed server"  # a server the run starts and stops (managed.py); other spec parameters are its arguments
+RUNTIME_SETTINGS = "runtime settings"  # non-decoding spec parameters configure the runtime (hf: device, dtype)
+#: A provider registered without saying: an HTTP endpoint at a base URL, like most.
+HTTP_ENDPOINT = frozenset({TAKES_URL, ADAPTS})
 
 #: Placeholder key for OpenAI-compatible servers that need none (vLLM, llama.cpp, Ollama).
 NO_KEY_PLACEHOLDER = "not-needed"
@@ -55,11 +62,9 @@ class Provider:
     name: str
     build: Callable  # (BackendContext) -> backend; imports its SDK or runtime itself
     key_env: str | None = None  # environment variable that holds the API key
-    keyless_with_url: bool = False  # a spec with @URL needs no key (a placeholder is sent)
-    takes_url: bool = True  # a spec may give @BASE_URL
     default_model: str | None = None  # the model of the bare spec ``NAME``
     check: Callable | None = None  # (spec, option) -> None; ConfigError when it cannot run
-    capabilities: frozenset = frozenset()
+    capabilities: frozenset = HTTP_ENDPOINT  # what it can do (the constants above)
     #: Build the backend in the background while pytest collects (an SDK import and a
     #: client whose TLS set-up costs about a second); in-process runtimes load on first use.
     build_early: bool = True
@@ -75,12 +80,6 @@ class Provider:
     api_constrain_methods: tuple | None = None
     #: Named spec parameters it cannot take, with what to write instead.
     unsupported: tuple = ()
-    #: A server the run starts and stops (models/managed.py); its spec's other
-    #: parameters are the server's arguments.
-    managed: bool = False
-    #: Its spec's non-decoding parameters are the runtime's settings (hf: device, dtype,
-    #: batching), never sent in a request.
-    runtime_settings: bool = False
     #: (spec) -> (model, base_url) as the cache key names them, where the spec's own do
     #: not (a managed checkpoint: its content hash, not its path or port).
     cache_identity: Callable | None = None
@@ -89,9 +88,6 @@ class Provider:
     #: nothing; openai costs 1.4 s of CPU to import, anthropic 3 s); when the variable is
     #: set the SDK itself is asked, so the key always names the URL the SDK would use.
     default_url: tuple[str, str] | None = None
-    #: An endpoint over HTTP, whose behaviour the run learns (models/adapt.py) from one
-    #: endpoint check per role before its first call; in-process runtimes reject nothing.
-    adapts: bool = True
 
     def can(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -116,7 +112,7 @@ class Provider:
         key = os.environ.get(self.key_env, "").strip()
         if key:
             return key
-        if (self.keyless_with_url and spec.base_url) or not required:
+        if (self.can(KEYLESS_WITH_URL) and spec.base_url) or not required:
             return NO_KEY_PLACEHOLDER
         raise ConfigError(
             f"{option}={spec}: no API key: set the environment variable {self.key_env} "
@@ -161,7 +157,7 @@ def resolve_bare(name: str, option: str, raw: str) -> str:
     claims = [p.name for p in PROVIDERS.values() if p.bare_names is not None and p.bare_names.fullmatch(name)]
     if len(claims) == 1:
         return f"{claims[0]}:{name}"
-    spellings = ", ".join(f"{p}:{name}" for p in (claims or [p.name for p in PROVIDERS.values() if p.takes_url]))
+    spellings = ", ".join(f"{p}:{name}" for p in (claims or [p.name for p in PROVIDERS.values() if p.can(TAKES_URL)]))
     why = "several providers serve it" if claims else "no provider claims the name"
     raise ConfigError(
         f"{option}={raw!r} is not a model spec ({why}); write PROVIDER:MODEL, e.g. {spellings}, "
@@ -212,8 +208,8 @@ EMBEDDED_JUDGE_WARNING = (
 )
 
 OPENAI = register(Provider(
-    name="openai", build=_build_openai, key_env="OPENAI_API_KEY", keyless_with_url=True,
-    capabilities=frozenset({LOGPROBS, SEED}),
+    name="openai", build=_build_openai, key_env="OPENAI_API_KEY",
+    capabilities=HTTP_ENDPOINT | {KEYLESS_WITH_URL, LOGPROBS, SEED},
     bare_names=re.compile(r"(gpt-|chatgpt-|o[1-9]|codex-|computer-use-|text-embedding-)[A-Za-z0-9._-]*"),
     # A server's grammar first: llama.cpp servers honour it (and their answers stay one
     # token, whose log-probabilities the treatment judge reads); servers that do not
@@ -231,8 +227,8 @@ ANTHROPIC = register(Provider(
     unsupported=(("reasoning_effort", "reasoning_effort is OpenAI's; Anthropic takes thinking_budget=N (tokens)"),),
 ))
 LOCAL = register(Provider(
-    name="local", build=_build_local, takes_url=False, default_model=EMBEDDED_MODEL, check=_check_local,
-    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), build_early=False, adapts=False,
+    name="local", build=_build_local, default_model=EMBEDDED_MODEL, check=_check_local,
+    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), build_early=False,
     judge_warning=EMBEDDED_JUDGE_WARNING, url_hint="to use a llama.cpp server, write openai:MODEL@{url}",
     unsupported=(("reasoning_effort", "the embedded llama.cpp runtime has no reasoning_effort"),
                  ("thinking_budget", "the embedded llama.cpp runtime has no thinking_budget")),
@@ -260,8 +256,8 @@ def _managed_identity(spec) -> tuple:
 
 #: A checkpoint the run serves with vLLM: ``vllm:PATH_OR_NAME?tensor_parallel_size=2&...``.
 VLLM = register(Provider(
-    name="vllm", build=_build_managed, takes_url=False, build_early=False, managed=True,
-    capabilities=frozenset({LOGPROBS, SEED}), cache_identity=_managed_identity,
+    name="vllm", build=_build_managed, build_early=False,
+    capabilities=frozenset({MANAGED, ADAPTS, LOGPROBS, SEED}), cache_identity=_managed_identity,
     constrain_methods=("guided_choice", "json_schema", "json_object", "none"),
     url_hint="for a vLLM server you started, write openai:MODEL@{url}",
     unsupported=(("thinking_budget", "thinking_budget is Anthropic's; a vLLM server takes chat_template_kwargs"),),
@@ -269,8 +265,8 @@ VLLM = register(Provider(
 #: Any OpenAI-compatible server the run starts from a command template:
 #: ``server:MODEL?command=llama-server -m {model} --host {host} --port {port}``.
 SERVER = register(Provider(
-    name="server", build=_build_managed, takes_url=False, build_early=False, managed=True,
-    capabilities=frozenset({LOGPROBS, SEED}), cache_identity=_managed_identity,
+    name="server", build=_build_managed, build_early=False,
+    capabilities=frozenset({MANAGED, ADAPTS, LOGPROBS, SEED}), cache_identity=_managed_identity,
     constrain_methods=("grammar", "json_schema", "json_object", "none"),
     url_hint="for a server you started, write openai:MODEL@{url}",
     unsupported=(("thinking_budget", "thinking_budget is Anthropic's; an OpenAI-compatible server takes chat_template_kwargs"),),
@@ -301,8 +297,8 @@ def _hf_identity(spec) -> tuple:
 
 #: A transformers causal LM run in this process with batched generation: ``hf:PATH_OR_NAME``.
 HF = register(Provider(
-    name="hf", build=_build_hf, takes_url=False, build_early=False, check=_check_hf, runtime_settings=True,
-    capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), cache_identity=_hf_identity, adapts=False,
+    name="hf", build=_build_hf, build_early=False, check=_check_hf,
+    capabilities=frozenset({RUNTIME_SETTINGS, CONSTRAINED_ANSWERS, LOGPROBS, SEED}), cache_identity=_hf_identity,
     url_hint="for a server, write openai:MODEL@{url} or vllm:MODEL",
     unsupported=(("reasoning_effort", "the hf backend has no reasoning_effort"),
                  ("thinking_budget", "the hf backend has no thinking_budget")),

@@ -199,7 +199,7 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
             f"{provider}:{model.split('@')[0]}@http://{model.split('@', 1)[1]}"
         )
     base_url = match["base_url"].rstrip("/") if match["base_url"] else None
-    if base_url and not entry.takes_url:
+    if base_url and not entry.can(providers.TAKES_URL):
         hint = f"; {entry.url_hint.format(url=base_url)}" if entry.url_hint else ""
         raise ConfigError(f"{option}={raw}: a {provider} model has no URL{hint}")
     params: dict = {}
@@ -232,7 +232,7 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
                 params[name] = None  # drop what the role would send
             elif name in DECODING_PARAMS:
                 params[name] = _convert(option, raw, name, value, DECODING_PARAMS[name])
-            elif (entry.managed or entry.runtime_settings) and name not in PASS_THROUGH_KNOWN:
+            elif (entry.can(providers.MANAGED) or entry.can(providers.RUNTIME_SETTINGS)) and name not in PASS_THROUGH_KNOWN:
                 runtime[name] = _pass_through_value(value)  # an argument of the server or runtime
             else:
                 close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
