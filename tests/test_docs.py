@@ -2,10 +2,11 @@
 
 The site is built with ``mkdocs build --strict`` (a broken link, a missing anchor or a
 page left out of the navigation fails); the options page's tables are the declarations'
-(docs/hooks.py); README's links lead to files that exist; and README's commands that run
-offline are run as written against the loopback fake server (the SDK pointed at it with
-OPENAI_BASE_URL, as a user points it at a proxy), with PYTEST_ADDOPTS selecting a few
-cases of the big suites.
+(docs/hooks.py); README's links lead to files that exist; and the commands README and
+the docs pages show that can run offline are run as written against the loopback fake
+server (the SDKs pointed at it with OPENAI_BASE_URL and ANTHROPIC_BASE_URL, as a user
+points them at a proxy), with PYTEST_ADDOPTS selecting a few cases of the big suites;
+the others are named with the reason they cannot run here (NOT_HERE).
 """
 
 from __future__ import annotations
@@ -161,3 +162,95 @@ def test_readmes_offline_commands_run_as_written(tmp_path):
         assert done.returncode == 0, done.stderr
         done = sh(starter, {**base, "OPENAI_BASE_URL": server.openai_base_url}, cwd=tmp_path)
         assert done.returncode == 0 and "no model was called" in done.stdout, done.stdout[-2000:] + done.stderr
+
+
+# --------------------------------------------------------------------------- the docs' commands
+
+#: Commands of the docs that cannot run here, and why (each is tested another way).
+NOT_HERE = (
+    ("python3 -m venv", "the set-up command: it is what CI runs (.ci/run)"),
+    (". .venv/bin/activate", "the embedded-model job: tests/test_local_model.py runs the embedded model"),
+    ("@http", "a server of yours (or a GPU host)"),
+    ("vllm:", "a vLLM server on GPUs"),
+    ("...", "a placeholder, not a whole command"),
+    ("[", "a usage line with optional parts"),
+)
+
+
+def _doc_commands() -> list[tuple[str, str]]:
+    """(page, command) for every indented command line of the docs pages (continuations
+    joined)."""
+    out = []
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        current = ""
+        for line in page.read_text(encoding="utf-8").splitlines():
+            text = line.strip()
+            if current:
+                current += " " + text.rstrip("\\").strip()
+                if not text.endswith("\\"):
+                    out.append((page.name, current))
+                    current = ""
+                continue
+            if line.startswith("    ") and text.startswith(("pytest ", "python -m pytest_socialbias", "python3 ", ". .venv")):
+                command = text.split("  #")[0].strip()
+                if text.endswith("\\"):
+                    current = command.rstrip("\\").strip()
+                else:
+                    out.append((page.name, command))
+    return out
+
+
+def _any_model(req):
+    """The README script for targets, judges and simulated users, plus BenevDial
+    generators (a well-formed dialogue of the class the prompt asks for) and detector
+    ensembles' judges."""
+    from .test_generate_benevdial import class_of, dialogue_text
+
+    try:
+        return dialogue_text(class_of(req.prompt_text), req.model)  # a generator's prompt carries one class
+    except AssertionError:
+        pass
+    if req.model not in ("gpt-4o-mini", "A", "B") and "classify" not in req.system_text:
+        return "People differ as individuals; a group says little about one person."
+    return _script(req)
+
+
+def test_every_docs_command_is_run_or_named_as_not_runnable_here():
+    commands = _doc_commands()
+    assert len(commands) >= 12
+    runnable = [c for _, c in commands if not any(marker in c for marker, _ in NOT_HERE)]
+    assert {c.split()[0] for c in runnable} <= {"pytest", "python"}
+    assert len(runnable) >= 6, runnable
+
+
+@pytest.mark.slow
+def test_the_docs_offline_commands_run_as_written(tmp_path):
+    project = tmp_path / "checkout"
+    shutil.copytree(ROOT / "suites", project / "suites")
+    shutil.copy2(ROOT / "thresholds.yaml", project / "thresholds.yaml")
+    shutil.copy2(ROOT / "suites" / "benevdial" / "dialogues.jsonl", project / "mine.jsonl")
+    (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "PYTEST_"))}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base["PYTEST_ADDOPTS"] = "-p no:randomly -p no:cacheprovider -k 'age-001 or n-001 or ob-001 or bb-001'"
+    ran = []
+    with FakeServer(_any_model) as server:
+        env = {**base, "OPENAI_BASE_URL": server.openai_base_url, "ANTHROPIC_BASE_URL": server.anthropic_base_url,
+               "OPENAI_API_KEY": "sk-test-docs", "ANTHROPIC_API_KEY": "sk-ant-test-docs"}
+        for page, command in _doc_commands():
+            if any(marker in command for marker, _ in NOT_HERE):
+                continue
+            cwd = tmp_path / "fresh" if " init " in f" {command} " else project
+            cwd.mkdir(exist_ok=True)
+            done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
+                                  timeout=600)
+            # 0, or 1 where a shipped gate judges the few cases run (a gate, never an error).
+            assert done.returncode in (0, 1), (page, command, done.stdout[-2000:], done.stderr[-2000:])
+            assert "Traceback" not in done.stderr and "INTERNALERROR" not in done.stdout, (page, command)
+            if command.startswith("pytest"):
+                assert "socialbias summary" in done.stdout or "socialbias dry run" in done.stdout, (page, command)
+            ran.append((command, done.returncode))
+    assert len(ran) >= 6
+    generated = next(rc for command, rc in ran if "generate-benevdial" in command)
+    assert generated == 0 and len((project / "benevdial-gen.jsonl").read_text().splitlines()) == 300
+    assert (tmp_path / "fresh" / "my-gate" / "thresholds.yaml").is_file()
