@@ -64,7 +64,9 @@ def context(entry: dict) -> UserTurnContext:
     system = template.messages(user_label="person", agent_title=entry["agent"], profile=entry["profile"],
                                request=entry["request"], situation="")[0]["content"]
     return UserTurnContext(hidden=(system,), allowed=(entry["profile"], entry["request"], "person", entry["agent"]),
-                           previous_reply=entry.get("previous_reply"), name=entry["profile"].split(",")[0].strip())
+                           previous_reply=entry.get("previous_reply"),
+                           # The protocol passes the given name only (conditions.py: names are given names).
+                           name=entry["profile"].split(",")[0].strip().split()[0])
 
 
 def classify(path: Path, judge=None, record=None) -> list[tuple[str, str, str, str]]:
