@@ -225,8 +225,9 @@ OPTIONS: tuple[Option, ...] = (
         "default: the suite's `dialogues`)")),
     Option("--socialbias-guard-unit", "socialbias_guard_unit", "guard_unit", metavar="UNIT", choices=GUARD_UNITS,
            help=("BenevDial detector suites: what the guard judges: turn (an agent turn alone), context (with "
-                 "the dialogue before it) or exchange (with the user turn before it; default); a dialogue is "
-                 "flagged if any unit is")),
+                 "the dialogue before it) or exchange (with the user turn before it); default: the suite's "
+                 "guard_unit, else the guard's own (context for Llama Guard, Granite Guardian and Qwen3Guard, "
+                 "exchange for WildGuard and ShieldGemma); a dialogue is flagged if any unit is")),
     Option("--socialbias-snapshot-max-flips", "socialbias_snapshot_max_flips", "snapshot_max_flips", metavar="N",
            parse=_whole(0), help=(
                "fail the run when more than N cases differ from their syrupy snapshot (default: flipped cases "
