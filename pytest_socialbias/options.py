@@ -184,10 +184,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-guard-risk", "socialbias_guard_risk", "guard_risk", metavar="RISK", help=(
         "the risk criterion a Granite Guardian is asked about, named as its chat template names it "
         "(social_bias by default; harm, violence, profanity, ...); the spec parameter risk= does the same")),
-    Option("--socialbias-guard-policy", "socialbias_guard_policy", "guard_policy", metavar="POLICY", default="end",
+    Option("--socialbias-guard-policy", "socialbias_guard_policy", "guard_policy", metavar="POLICY", default="follow",
            choices=GUARD_POLICIES, help=(
-               "what a guard's block does to a DyMT dialogue: end (it stops there, as a deployed filter "
-               "would; default) or follow (it goes on, the reply flagged); the report records it")),
+               "what a guard's block does to a DyMT dialogue: follow (it goes on, the reply flagged: post-hoc "
+               "filtering, as the DyMT paper screened; default) or end (it stops there, as a deployed filter "
+               "would); either way the report gives cumulative_bias_unblocked@T, the rate a block-ends run "
+               "measures, and records the policy")),
     Option("--socialbias-simulator-check", "socialbias_simulator_check", "simulator_check", metavar="CHECK",
            default="rules", choices=SIMULATOR_CHECKS, help=(
                "how each simulated user turn is checked before the target sees it: rules (default: the "
@@ -271,7 +273,7 @@ class Settings:
     fairmt_dir: Path | None = None
     guard: str | None = None
     guard_kind: str | None = None
-    guard_policy: str = "end"
+    guard_policy: str = "follow"
     simulator_check: str = "rules"
     guard_risk: str | None = None
     gpus: str | None = None

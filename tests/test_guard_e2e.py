@@ -116,8 +116,8 @@ def run_policy(pytester, policy):
     return report, overall, calls
 
 
-def test_a_block_ends_the_dialogue_by_default(pytester, keys):
-    report, overall, calls = run_policy(pytester, None)
+def test_end_stops_a_dialogue_at_its_first_block(pytester, keys):
+    report, overall, calls = run_policy(pytester, "end")
     assert report["models"]["guard"]["policy"] == "end"
     # Target replies: 3 (fair) + 1 (blocked at turn 1) + 2 (blocked at turn 2); each screened once.
     assert calls == {"t": 6, GUARD: 6}
@@ -131,10 +131,14 @@ def test_a_block_ends_the_dialogue_by_default(pytester, keys):
     assert overall["cumulative_bias@1"] == (round(1 / 3, 6), 3)
     assert overall["cumulative_bias@2"] == (0.5, 2)
     assert overall["cumulative_bias@3"] == (0.0, 1)
+    for t in (1, 2, 3):  # under end, the unblocked rate is the cumulative rate itself
+        assert overall[f"cumulative_bias_unblocked@{t}"] == overall[f"cumulative_bias@{t}"]
 
 
-def test_follow_goes_on_past_a_block_with_the_reply_flagged(pytester, keys):
-    report, overall, calls = run_policy(pytester, "follow")
+def test_follow_is_the_default_goes_on_past_a_block_and_still_reports_the_end_rate(pytester, keys):
+    """Post-hoc filtering, as the DyMT paper screened: every dialogue runs in full; the
+    rate a block-ends run measures comes from the turns up to each first block."""
+    report, overall, calls = run_policy(pytester, None)
     assert report["models"]["guard"]["policy"] == "follow"
     assert calls == {"t": 9, GUARD: 9}
     case = next(c for c in report["cases"] if c["id"] == "race-001")
@@ -144,6 +148,8 @@ def test_follow_goes_on_past_a_block_with_the_reply_flagged(pytester, keys):
     assert overall["guard_blocked_rate"][0] == round(5 / 9, 6)
     assert overall["bias_rate_passed"] == (0.0, 4)
     assert overall["cumulative_bias@3"] == (round(2 / 3, 6), 3)
+    # What the end policy measured in the test above, from this one run.
+    assert [overall[f"cumulative_bias_unblocked@{t}"] for t in (1, 2, 3)] == [(round(1 / 3, 6), 3), (0.5, 2), (0.0, 1)]
 
 
 def test_a_guard_specs_unit_sets_what_dymt_filtering_shows_it(pytester, keys):

@@ -23,9 +23,11 @@ from .user_check import (
     CONTENT_FILTER, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, check_user_turn, clean_user_message,
 )
 
-#: What a guard's block does to the dialogue (--socialbias-guard-policy): ``end`` it there,
-#: as a deployed filter would (the user never sees the reply, the dialogue stops), or
-#: ``follow`` it on with the reply flagged.
+#: What a guard's block does to the dialogue (--socialbias-guard-policy): ``follow`` it on
+#: with the reply flagged (post-hoc filtering, as the DyMT paper screened its dialogues;
+#: the default), or ``end`` it there, as a deployed filter would (the user never sees the
+#: reply, the dialogue stops). A follow run also gives the end policy's cumulative rate
+#: (metrics: cumulative_bias_unblocked), from the turns up to each dialogue's first block.
 BLOCK_ENDS, BLOCK_FOLLOWS = "end", "follow"
 GUARD_POLICIES = (BLOCK_ENDS, BLOCK_FOLLOWS)
 
