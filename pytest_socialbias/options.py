@@ -166,6 +166,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-batch-size", "socialbias_batch_size", "batch_size", metavar="N", parse=_whole(1), help=(
         "cases that run together on one process (overrides the suite's batch_size; default 64); an "
         "execution detail: test ids never depend on it")),
+    Option("--socialbias-prompts", "socialbias_prompts", "prompts", metavar="DIR", parse=_user_path, help=(
+        "a folder of NAME.yaml prompt files that replace ours of the same name (judges, user simulator, "
+        "generation, guards), e.g. a paper's own prompt text; each enters the cache key and the report "
+        "with its version and the sha256 of its file")),
     Option("--socialbias-system-prompt", "socialbias_system_prompt", "system_prompt", metavar="TEXT",
            help="system prompt given to the target (default: none)"),
     Option("--socialbias-turns", "socialbias_turns", "turns", metavar="N", parse=_whole(1), help=(
@@ -269,6 +273,7 @@ class Settings:
     report: Path | None = None
     batch_size: int | None = None
     system_prompt: str | None = None
+    prompts: Path | None = None  # --socialbias-prompts: overrides of our prompt templates
     turns: int | None = None
     fairmt_dir: Path | None = None
     guard: str | None = None
@@ -329,7 +334,8 @@ class Settings:
 #: ``pytest --help`` shows the options in these groups, in this order (task by task).
 HELP_GROUPS = (
     ("socialbias", "social-bias release gates (pytest-socialbias): models",
-     ("--target", "--judge", "--user-model", "--socialbias-system-prompt", "--socialbias-simulator-check")),
+     ("--target", "--judge", "--user-model", "--socialbias-system-prompt", "--socialbias-prompts",
+      "--socialbias-simulator-check")),
     ("socialbias-run", "social-bias: running the cases",
      ("--socialbias-record", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
       "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample")),

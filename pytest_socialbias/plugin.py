@@ -134,6 +134,9 @@ def pytest_configure(config: pytest.Config) -> None:
     calls_models = not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False))
     try:
         settings = read_settings(config)
+        from . import prompts
+
+        prompts.use_overrides(settings.prompts)  # before anything renders a prompt
         models = ModelSet(settings, role)
         gates, gates_file = [], None
         if settings.thresholds is not None or settings.thresholds_file.exists():
@@ -232,6 +235,9 @@ def _xdist_queued_items(config: pytest.Config) -> list:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    from . import prompts
+
+    prompts.use_overrides(None)  # ours again for whatever runs next in this process
     state = config.stash.get(STATE, None)
     if state is not None:
         state.models.close()
@@ -244,6 +250,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         return []
     specs = ", ".join(f"{role}={spec.resolved}" for role, spec in sorted(state.models.specs.items()))
     lines = [f"socialbias: {specs}; record={state.settings.record}, cache={state.settings.cache_dir}"]
+    if state.settings.prompts is not None:
+        from . import prompts
+
+        lines.append(f"socialbias: prompts from {state.settings.prompts} in place of ours: {', '.join(prompts.overridden())}")
     aggregator = state.aggregator
     if aggregator is not None and aggregator.gates_file is None:
         strict = "the run fails (--socialbias-strict)" if state.settings.strict else "no gate decides this run"

@@ -5,6 +5,14 @@ with ``$placeholders`` (string.Template, so JSON braces in prompts need no escap
 ``Template.id`` (``name@version``) enters the cache key and the report's metadata: change
 a prompt's wording and bump its version, so recorded answers of the old prompt are not
 replayed for the new one.
+
+A folder of override files (``--socialbias-prompts=DIR``, ``use_overrides``) replaces ours
+by name: ``DIR/judge_treatment.yaml`` is used wherever ``judge_treatment`` is, so a
+researcher can run with a paper's own prompt text (which we do not ship). An override's
+id carries the sha256 of its file (``judge_treatment@3+1a2b3c4d5e6f``), so it enters the
+cache key and the report; named snippets it leaves out are ours. Each file is checked
+when the run starts: a name we have no prompt of, a file that is not a template, or a
+placeholder we never fill is a usage error naming the file.
 """
 
 from __future__ import annotations
@@ -14,8 +22,15 @@ import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 import yaml
+
+from ..errors import ConfigError
+
+#: Template name -> the override file that replaces it (use_overrides).
+_OVERRIDES: dict[str, Path] = {}
+TEMPLATE_KEYS = ("name", "version", "system", "user")
 
 
 @dataclass(frozen=True)
@@ -25,10 +40,11 @@ class Template:
     system: str
     user: str
     extras: dict = field(default_factory=dict)  # named snippets, e.g. per-style text
+    sha256: str | None = None  # of an override file (use_overrides); None for ours
 
     @property
     def id(self) -> str:
-        return f"{self.name}@{self.version}"
+        return f"{self.name}@{self.version}" + (f"+{self.sha256[:12]}" if self.sha256 else "")
 
     def messages(self, **values) -> list[dict]:
         """Render to chat messages; a missing placeholder is a programming error (KeyError)."""
@@ -78,18 +94,97 @@ def render(text: str, values: dict) -> str:
     return "".join(out)
 
 
-@lru_cache(maxsize=None)
-def load(name: str) -> Template:
-    text = resources.files(__package__).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+def _parse(text: str, sha256: str | None = None) -> Template:
     data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    extras = {k: v for k, v in data.items() if k not in ("name", "version", "system", "user")}
+    extras = {k: v for k, v in data.items() if k not in TEMPLATE_KEYS}
     return Template(
         name=data["name"],
         version=int(data["version"]),
-        system=data.get("system", ""),
+        system=data.get("system", "") or "",
         user=data["user"],
         extras=extras,
+        sha256=sha256,
     )
+
+
+def _ours(name: str) -> Template:
+    return _parse(resources.files(__package__).joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> Template:
+    """The template ``name``: an override's where one is in use, else ours."""
+    path = _OVERRIDES.get(name)
+    if path is None:
+        return _ours(name)
+    raw = path.read_bytes()
+    override = _parse(raw.decode("utf-8"), hashlib.sha256(raw).hexdigest())
+    # Named snippets the override leaves out are ours (per-style text, guidance levels...).
+    return Template(override.name, override.version, override.system, override.user,
+                    {**_ours(name).extras, **override.extras}, override.sha256)
+
+
+def overridden() -> list[str]:
+    """The ids of the overrides in use (``name@version+sha``)."""
+    return [load(name).id for name in sorted(_OVERRIDES)]
+
+
+def names() -> tuple[str, ...]:
+    """The names of our templates."""
+    return tuple(sorted(f.name[:-5] for f in resources.files(__package__).iterdir() if f.name.endswith(".yaml")))
+
+
+def placeholders(text: str) -> set[str]:
+    parts = _compiled(text)
+    return {parts[i] for i in range(1, len(parts), 2)}
+
+
+def use_overrides(folder: Path | None, option: str = "--socialbias-prompts") -> list[str]:
+    """Use the ``*.yaml`` files of ``folder`` in place of our templates of the same name
+    (None: ours only); returns the ids in use. ConfigError naming the file and the fix for
+    a file that cannot stand in for ours."""
+    _OVERRIDES.clear()
+    load.cache_clear()
+    if folder is None:
+        return []
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ConfigError(f"{option}={folder}: not a folder; name a folder of NAME.yaml prompt files")
+    ours = names()
+    found = sorted(folder.glob("*.yaml"))
+    if not found:
+        raise ConfigError(f"{option}={folder}: holds no NAME.yaml prompt file; ours are {', '.join(ours)}")
+    for path in found:
+        _check_override(path, ours)
+        _OVERRIDES[path.stem] = path
+    return overridden()
+
+
+def _check_override(path: Path, ours: tuple) -> None:
+    name = path.stem
+    if name not in ours:
+        raise ConfigError(f"{path}: no prompt of ours is named {name!r}; name the file after the one it replaces "
+                          f"({', '.join(ours)})")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not a readable YAML prompt file ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("user"), str) or not isinstance(data.get("version"), int):
+        raise ConfigError(f"{path}: a prompt file holds name: {name}, version: N (a whole number), system: TEXT "
+                          "(optional) and user: TEXT, with $placeholders")
+    if data.get("name") != name:
+        raise ConfigError(f"{path}: name: {data.get('name')!r} differs from the file name; write name: {name}")
+    mine = _ours(name)
+    known = placeholders(mine.system) | placeholders(mine.user)
+    try:
+        used = placeholders(str(data.get("system") or "")) | placeholders(data["user"])
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"{path}: a placeholder is malformed ({exc}); write $name or ${{name}}, and $$ for a "
+                          "dollar sign") from None
+    unknown = sorted(used - known)
+    if unknown:
+        raise ConfigError(f"{path}: placeholder(s) {', '.join('$' + u for u in unknown)} are never filled for "
+                          f"{name}; it fills {', '.join('$' + k for k in sorted(known)) or 'none'}")
 
 
 def fence(*texts: str) -> str:
