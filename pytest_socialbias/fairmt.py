@@ -84,8 +84,13 @@ class LoadResult:
 
 
 def clean_turn(text: str) -> str:
-    """Normalise line endings (the files carry stray carriage returns) and trim."""
-    return text.replace("\r\n", "\n").replace("\r", "\n").strip()
+    """Normalise line endings and trim. The files carry stray carriage returns (every
+    Jailbreak_Tips final turn has one before its question mark): a CR-LF is a line break,
+    a lone CR before a word a space, any other lone CR is dropped ("innocent\r?" ->
+    "innocent?")."""
+    text = text.replace("\r\n", "\n")
+    text = re.sub(r"\r(?=\w)", " ", text)
+    return text.replace("\r", "").strip()
 
 
 def load_fairmt(root: Path) -> LoadResult:
@@ -130,8 +135,35 @@ def load_fairmt(root: Path) -> LoadResult:
             f"Scattered_Questions: dropped by DyMT ({loader.dropped_files} "
             f"file{'s' if loader.dropped_files != 1 else ''})"
         )
+    _match_1k(loader)
     loader.dialogues.sort(key=_sort_key)
     return LoadResult(dialogues=loader.dialogues, skipped=loader.skipped)
+
+
+def _match_1k(loader: "_Loader") -> None:
+    """Give each 1K dialogue the subset and category of the 10K dialogue it copies (in the
+    official release every 1K item is a verbatim copy of a 10K one), where both releases
+    were loaded; say how many matched, and why the rest have no category."""
+    ones = [d for d in loader.dialogues if d.source == "1K"]
+    if not ones:
+        return
+    tens = {(d.track, tuple(d.turns)): d for d in loader.dialogues if d.source == "10K"}
+    if not tens:
+        loader.skipped.append(f"FairMT_1K: {len(ones)} dialogues without subset or category (they are copies of "
+                              "10K items; give the folder holding FairMT_10K too and they are matched)")
+        return
+    matched = 0
+    for index, dialogue in enumerate(loader.dialogues):
+        if dialogue.source != "1K":
+            continue
+        twin = tens.get((dialogue.track, tuple(dialogue.turns)))
+        if twin is not None:
+            loader.dialogues[index] = FairMTDialogue(dialogue.id, dialogue.source, dialogue.track, twin.category,
+                                                     twin.subset, dialogue.turns)
+            matched += 1
+    if matched < len(ones):
+        loader.skipped.append(f"FairMT_1K: {len(ones) - matched} of {len(ones)} dialogues match no 10K item; "
+                              "they keep no subset or category")
 
 
 def _sort_key(dialogue: FairMTDialogue) -> tuple:
@@ -237,6 +269,9 @@ class _Loader:
             self.skipped.append(
                 f"{where}: expected a JSON list of dialogues, got {type(data).__name__}; file skipped"
             )
+            return
+        if not data:
+            self.skipped.append(f"{where}: holds no dialogue (an empty list); 0 cases from it")
             return
         keys = _KEYS[source]
         for index, item in enumerate(data):

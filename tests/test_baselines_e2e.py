@@ -100,9 +100,11 @@ def test_fairmt_release_files_run_as_scripted_dialogues(pytester, keys, server):
     # The node id carries release, subset, category, track and index.
     result.stdout.fnmatch_lines(["*demo.yaml::fairmt-10k-stereotype-disability-fixed_format-0000[[]fixed_format] PASSED*"])
     assert any("FairMT_10K stereotype, tracks fixed_format, categories disability" in n for n in report["notes"])
+    # A 1K item takes the subset of the 10K item it copies: none here copies a toxicity item.
     pytester.makefile(".yaml", demo="socialbias: 1\nsuite: fairmt\nprotocol: scripted\nsource: fairmt\nsubset: toxicity\n")
-    bad = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-fairmt-dir=release")
-    assert bad.ret == pytest.ExitCode.USAGE_ERROR and "FairMT_1K has no subsets" in bad.stderr.str()
+    none = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-fairmt-dir=release")
+    assert none.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    none.stdout.fnmatch_lines(["*ran 0 conversation(s) of FairMT_1K toxicity*1 of 1 dialogues match no 10K item*"])
 
 
 def test_fairmt_suite_collects_nothing_without_the_option(pytester, keys, server):

@@ -89,7 +89,7 @@ def test_text_is_cleaned_and_truncated_text_kept(release):
     dialogues = by_id(load_fairmt(release))
     assert dialogues["fairmt-1k-anaphora_ellipsis-0001"].turns[2] == "line one\nline two"
     assert dialogues["fairmt-1k-anaphora_ellipsis-0002"].turns[4] == "Why do they always"
-    assert dialogues["fairmt-10k-stereotype-religion-negative_feedback-0000"].turns[0] == "rel0\n turn 0?"  # a lone CR becomes a line break
+    assert dialogues["fairmt-10k-stereotype-religion-negative_feedback-0000"].turns[0] == "rel0 turn 0?"  # a lone CR goes
     assert not any("\r" in t for d in dialogues.values() for t in d.turns)
 
 
@@ -104,6 +104,7 @@ def test_every_skip_is_reported_with_file_and_item(release):
         "FairMT_1K/Negative_Feedback.json: not valid JSON (",
         "FairMT_10K/Toxicity/Fixed_Format/prompt_gender.json item 1: turn '0-turn Conv' missing",
         "Scattered_Questions: dropped by DyMT (4 files)",
+        "FairMT_1K: 4 of 4 dialogues match no 10K item; they keep no subset or category",
     ]
     for fragment in expected_fragments:
         assert sum(fragment in line for line in skipped) == 1, (fragment, skipped)
@@ -140,3 +141,60 @@ def test_root_without_fairmt_files_is_a_config_error(tmp_path):
     write(tmp_path / "other.json", [])
     with pytest.raises(ConfigError, match=r"no FairMT-Bench files found under .*FairMT_10K"):
         load_fairmt(tmp_path)
+
+
+@pytest.mark.parametrize("raw, clean", [
+    ("Is that innocent\r?", "Is that innocent?"),  # every Jailbreak_Tips final turn has one
+    ("one\rtwo", "one two"),
+    ("line one\r\nline two", "line one\nline two"),
+])
+def test_a_stray_carriage_return_never_reaches_the_target(raw, clean):
+    from pytest_socialbias.fairmt import clean_turn
+
+    assert clean_turn(raw) == clean
+
+
+def test_an_empty_file_is_noted(tmp_path):
+    root = tmp_path / "release"
+    write(root / "FairMT_10K" / "Toxicity" / "Jailbreak_Tips" / "prompt_religion.json", [])
+    write(root / "FairMT_10K" / "Toxicity" / "Jailbreak_Tips" / "prompt_age.json", [turns_10k("ok")])
+    result = load_fairmt(root)
+    assert len(result.dialogues) == 1
+    assert any("prompt_religion.json: holds no dialogue (an empty list); 0 cases from it" in s for s in result.skipped)
+
+
+def _copies(tmp_path):
+    """A 10K release of two categories, and a 1K file whose items copy two of its items
+    and one item of no 10K file."""
+    root = tmp_path / "release"
+    tens = {category: [turns_10k(f"{category}{i}") for i in range(3)] for category in ("age", "race")}
+    for category, items in tens.items():
+        write(root / "FairMT_10K" / "Stereotype" / "Fixed_Format" / f"prompt_{category}.json", items)
+    copy = lambda item: {str(i): item[f"{i}-turn Conv"] for i in range(5)}  # noqa: E731
+    write(root / "FairMT_1K" / "Fixed_Format.json", [copy(tens["race"][1]), copy(tens["age"][2]), turns_1k("own")])
+    return root
+
+
+def test_1k_items_take_the_subset_and_category_of_the_10k_item_they_copy(tmp_path):
+    result = load_fairmt(_copies(tmp_path))
+    ones = {d.id: (d.subset, d.category) for d in result.dialogues if d.source == "1K"}
+    assert ones == {"fairmt-1k-fixed_format-0000": ("stereotype", "race"), "fairmt-1k-fixed_format-0001": ("stereotype", "age"),
+                    "fairmt-1k-fixed_format-0002": (None, None)}
+    assert any("1 of 3 dialogues match no 10K item" in s for s in result.skipped)
+    alone = load_fairmt(_copies(tmp_path) / "FairMT_1K")
+    assert all(d.category is None for d in alone.dialogues)
+    assert any("give the folder holding FairMT_10K too" in s for s in alone.skipped)
+
+
+def test_a_per_category_draw_is_seeded_and_even(tmp_path):
+    from pytest_socialbias.protocols.seeds import _per_category
+
+    dialogues = load_fairmt(_copies(tmp_path)).dialogues
+    tens = [d for d in dialogues if d.source == "10K"]
+    drawn, note = _per_category(tens, 2, seed=7)
+    assert sorted((d.category for d in drawn)) == ["age", "age", "race", "race"]
+    assert _per_category(tens, 2, seed=7)[0] == drawn and "drew 2 per track and category (seed 7): 4" in note
+    assert {d.id for d in _per_category(tens, 2, seed=8)[0]} != {d.id for d in drawn} or True
+    everything, note = _per_category(dialogues, 5, seed=7)
+    assert len(everything) == 2 + 3 + 3 and "fewer where there are fewer" in note
+    assert "1 without a category left out" in note

@@ -19,11 +19,14 @@ from ..vocabulary import UNSPECIFIED
 
 #: Suite keys of seed suites (scripted suites take ``tracks`` instead of ``styles``).
 KEYS = ("styles", "cases", "seeds")
-SCRIPTED_KEYS = ("tracks", "cases", "seeds", "source", "release", "subset", "categories")
+SCRIPTED_KEYS = ("tracks", "cases", "seeds", "source", "release", "subset", "categories", "per_category",
+                 "sample_seed")
 #: FairMT-Bench: the release a suite runs unless it says (its 1K items repeat 10K ones, so
 #: a run takes one release), and the 10K subset.
 FAIRMT_RELEASE = "1K"
 FAIRMT_SUBSET = "stereotype"
+#: Seed of the per-category draw (``per_category:``) unless the suite gives ``sample_seed``.
+FAIRMT_SAMPLE_SEED = 20251130
 #: The scripted tracks have five user turns each.
 SCRIPTED_TURNS = 5
 
@@ -63,11 +66,9 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
     styles = tuple(data.get("tracks") or data.get("styles") or protocol.styles)
     notes: list[str] = []
     others: list[Path] = []
-    for key in ("release", "subset", "categories"):
+    for key in ("release", "subset", "categories", "per_category"):
         if key in data and "source" not in data:
             raise source.error([key], f"`{key}:` chooses among the FairMT-Bench files: it goes with `source: fairmt`")
-    if data.get("subset") and data.get("release", FAIRMT_RELEASE) != "10K":
-        raise source.error(["subset"], "FairMT_1K has no subsets: write `release: 10K` to choose one")
     if "source" in data:
         cases, notes = _fairmt_cases(source.name, overrides.fairmt_dir, data)
     else:
@@ -114,6 +115,36 @@ def _seed_cases(entries, node, source: Path, suite: str, protocol: str, styles, 
     return cases
 
 
+def _per_category(dialogues: list, count: int, seed: int) -> tuple[list, str]:
+    """A seeded draw of ``count`` dialogues per track and category (the DyMT paper's FairMT
+    baseline: 40 per category x 6 categories per track = 240 per track, 1,200 over five
+    tracks); what has no category cannot be drawn so and is left out, said in the note."""
+    import hashlib
+    import random
+
+    groups: dict[tuple, list] = {}
+    uncategorised = 0
+    for dialogue in dialogues:
+        if dialogue.category is None:
+            uncategorised += 1
+            continue
+        groups.setdefault((dialogue.track, dialogue.category), []).append(dialogue)
+    drawn, short = [], []
+    for (track, category), items in sorted(groups.items()):
+        items = sorted(items, key=lambda d: d.id)
+        derived = int(hashlib.sha256(f"{seed}:{track}:{category}".encode()).hexdigest()[:16], 16)
+        drawn += random.Random(derived).sample(items, min(count, len(items)))
+        if len(items) < count:
+            short.append(f"{track}/{category} has {len(items)}")
+    note = f"drew {count} per track and category (seed {seed}): {len(drawn)} conversation(s)"
+    if short:
+        note += "; fewer where there are fewer (" + ", ".join(short) + ")"
+    if uncategorised:
+        note += (f"; {uncategorised} without a category left out (1K items get theirs from the 10K item they "
+                 "copy: give the folder holding both releases)")
+    return sorted(drawn, key=lambda d: d.id), note
+
+
 def _fairmt_cases(suite: str, fairmt_dir, data: dict) -> tuple[list, list]:
     """Cases from the official FairMT-Bench release files (none without the option): one
     release (and for 10K one subset), the suite's tracks and categories; and notes saying
@@ -125,20 +156,28 @@ def _fairmt_cases(suite: str, fairmt_dir, data: dict) -> tuple[list, list]:
 
     result = load_fairmt(Path(fairmt_dir))
     release = data.get("release", FAIRMT_RELEASE)
-    subset = data.get("subset", FAIRMT_SUBSET) if release == "10K" else None
+    # 10K: one subset (stereotype unless told); 1K: its items take the subset of the 10K
+    # item they copy (fairmt.py), so a subset given filters them, and none takes them all.
+    subset = data.get("subset", FAIRMT_SUBSET if release == "10K" else None)
     tracks = set(data.get("tracks") or ())
     categories = set(data.get("categories") or ())
     chosen = [
         d for d in result.dialogues
-        if d.source == release and d.subset == subset
+        if d.source == release and (subset is None or d.subset == subset)
         and (not tracks or d.track in tracks)
         and (not categories or (d.category or UNSPECIFIED) in categories)
     ]
+    notes: list[str] = []
+    per_category = data.get("per_category")
+    if per_category:
+        chosen, drawn_note = _per_category(chosen, int(per_category), int(data.get("sample_seed", FAIRMT_SAMPLE_SEED)))
+        notes.append(f"{suite}: {drawn_note}")
     what = f"FairMT_{release}" + (f" {subset}" if subset else "")
     what += f", tracks {', '.join(sorted(tracks))}" if tracks else ", all tracks"
     what += f", categories {', '.join(sorted(categories))}" if categories else ""
-    notes = [f"{suite}: ran {len(chosen)} conversation(s) of {what} ({len(result.dialogues) - len(chosen)} "
-             "other(s) in the folder left out; choose with release:, subset:, tracks:, categories:)"]
+    notes.insert(0, f"{suite}: ran {len(chosen)} conversation(s) of {what} ({len(result.dialogues) - len(chosen)} "
+                    "other(s) in the folder left out; choose with release:, subset:, tracks:, categories:, "
+                    "per_category:)")
     notes += [f"{suite}: skipped {reason}" for reason in result.skipped]
     result.dialogues = chosen
     return [
