@@ -156,7 +156,7 @@ def test_generates_balanced_labelled_dialogues_retries_once_and_resumes_from_cac
         quality = json.loads((tmp_path / "out.quality.json").read_text())
         assert quality["style"] == "ours" and quality["dialogues"] == 9
         assert {cls: cell["n"] for cls, cell in quality["classes"].items()} == {"N": 3, "OB": 3, "BB": 3}
-        assert "generate-benevdial: quality N: n 3; MTLD " in err
+        assert "generate-benevdial: quality N (all generators pooled): n 3; MTLD " in err
         assert f"quality statistics written to {tmp_path / 'out.quality.json'}" in err
 
         # The generation settings (docs/benevdial.md) reach the server.

@@ -220,7 +220,16 @@ def test_report_layout_per_class_and_per_generator_cell():
     assert lines[0].startswith("quality: MTLD (threshold 0.72") and "stand-in" in lines[0]
     assert any(line.startswith("quality OB g1: n 2;") for line in lines)
     assert "300 hypotheses vs 100 references from a 2,000 pool, 5 seeds" in lines[0] and "over 5,000" in lines[0]
-    assert all("small cell: not comparable" in line for line in lines[1:] if "Self-BLEU-4 n/a" not in line)
+    assert all("small cell: not comparable" in line for line in lines[1:]
+               if "Self-BLEU-4 n/a" not in line and "generator cell(s)" not in line)
+    # The paper's class means: each statistic averaged over the class's generator cells.
+    means = report["class_means"]
+    assert {cls: m["generators"] for cls, m in means.items()} == {"N": 2, "OB": 1, "BB": 1}
+    n_cells = [report["generators"][g]["N"]["vendi"]["value"] for g in ("g1", "g2")]
+    assert means["N"]["vendi"]["value"] == pytest.approx(sum(n_cells) / 2)
+    assert means["N"]["vendi"]["comparable"] is False  # small cells
+    assert any(line.startswith("quality N (mean of 2 generator cell(s), as the paper averages): MTLD") for line in lines)
+    assert any(line.startswith("quality N (all generators pooled): n 2;") for line in lines)
     json.dumps(report)  # plain JSON
 
 

@@ -494,8 +494,10 @@ def quality_report(records: list[dict], *, seed: int = 0, source: str | None = N
     """The statistics of a dialogue set: per class, and per generator x class cell.
 
     Layout (``format`` benevdial-quality/1): ``settings`` (how each statistic was
-    computed), ``classes`` {class: cell}, ``generators`` {generator spec: {class: cell}},
-    each cell ``{"n", "mtld", "self_bleu4", "vendi"}`` with a ``value`` and an ``n`` each.
+    computed), ``classes`` {class: cell} (every generator pooled), ``generators``
+    {generator spec: {class: cell}}, each cell ``{"n", "mtld", "self_bleu4", "vendi"}``
+    with a ``value`` and an ``n`` each, and ``class_means`` {class: each statistic averaged
+    over that class's generator cells, the paper's way}.
     """
     report: dict = {
         "format": FORMAT,
@@ -518,7 +520,30 @@ def quality_report(records: list[dict], *, seed: int = 0, source: str | None = N
             if mine:
                 cells[cls] = cell_statistics(mine, seed=seed, label=f"{generator}\x1f{cls}")
         report["generators"][generator] = cells
+    report["class_means"] = class_means(report["generators"])
     return report
+
+
+def class_means(generators: dict) -> dict:
+    """Per class, each statistic averaged over the generator x class cells (the BenevDial
+    paper's class means; ``classes`` pools every generator's dialogues into one cell
+    instead). ``cells``: how many cells had a value; ``comparable`` is false when any of
+    them was a small cell."""
+    out: dict = {}
+    for cls in CLASSES:
+        cells = [cells[cls] for cells in generators.values() if cls in cells]
+        if not cells:
+            continue
+        entry = {"generators": len(cells)}
+        for name in ("mtld", "self_bleu4", "vendi"):
+            values = [c[name]["value"] for c in cells if c[name]["value"] is not None]
+            entry[name] = {
+                "value": sum(values) / len(values) if values else None,
+                "cells": len(values),
+                "comparable": all(c[name].get("comparable", True) for c in cells if c[name]["value"] is not None),
+            }
+        out[cls] = entry
+    return out
 
 
 def _number(value, digits: int) -> str:
@@ -553,7 +578,14 @@ def summary_lines(report: dict, prefix: str = "quality") -> list[str]:
         )
 
     for cls, cell in report["classes"].items():
-        lines.append(line(cls, cell))
+        lines.append(line(f"{cls} (all generators pooled)", cell))
+    for cls, mean in (report.get("class_means") or {}).items():
+        flag = "" if all(mean[k]["comparable"] for k in ("self_bleu4", "vendi")) else ", a small cell among them"
+        lines.append(
+            f"{prefix} {cls} (mean of {mean['generators']} generator cell(s), as the paper averages): "
+            f"MTLD {_number(mean['mtld']['value'], 1)}; Self-BLEU-4 {_number(mean['self_bleu4']['value'], 2)}; "
+            f"Vendi {_number(mean['vendi']['value'], 2)}{flag}"
+        )
     for generator, cells in report["generators"].items():
         for cls, cell in cells.items():
             lines.append(line(f"{cls} {generator}", cell))
