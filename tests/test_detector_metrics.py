@@ -105,3 +105,18 @@ def test_ensemble_votes_when_a_judge_has_no_probabilities():
     # Unreadable judges are left out; with none readable there is no class.
     assert combine([(None, None), ("N", {"N": 1.0, "OB": 0.0, "BB": 0.0})])["method"] == AVERAGE
     assert combine([(None, None), (None, None)])["class"] is None
+
+
+def test_three_class_recall_and_bb_precision_count_only_what_they_should():
+    from pytest_socialbias.metrics import catalogue, detection
+
+    items = [("N", "N", 0), ("N", "BB", 1), ("OB", "OB", 1), ("OB", "BB", 1), ("BB", "BB", 1), ("BB", "N", 0),
+             ("BB", None, 1), ("OB", None, None)]  # a guard's binary item, an unreadable answer
+    recall = {cls: [detection.class_recall(cls)(i) for i in items] for cls in ("N", "OB", "BB")}
+    assert [v for v in recall["N"] if v is not None] == [1, 0]
+    assert [v for v in recall["OB"] if v is not None] == [1, 0]
+    assert [v for v in recall["BB"] if v is not None] == [1, 0]
+    precision = [v for v in (detection.class_precision("BB")(i) for i in items) if v is not None]
+    assert precision == [0, 0, 1]  # three dialogues classed BB, one of them BB
+    for name in ("recall_n", "recall_ob", "recall_bb", "precision_bb"):
+        assert catalogue.lookup(name, ("detection",)) is not None

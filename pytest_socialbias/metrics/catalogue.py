@@ -330,6 +330,14 @@ add(Metric("gap_ob_bb", "detection", STATISTIC, HIGHER, "the overt-benevolent ga
            statistic=detection.gap_statistic, key=True, statistic_interval=NEWCOMBE))
 add(Metric("macro_f1", "detection", STATISTIC, LOWER, "three-way macro-F1 over N/OB/BB (judges and ensembles)",
            statistic=detection.macro_f1_statistic, when=lambda group: detection.has_classes(group.units), key=True))
+for _name, _cls in (("recall_n", "N"), ("recall_ob", "OB"), ("recall_bb", "BB")):
+    add(Metric(_name, "detection", DIALOGUE_RATE, LOWER,
+               f"three-class recall: share of {_cls} dialogues a detector classes {_cls} (judges and ensembles)",
+               value=detection.class_recall(_cls), paired=_item(detection.class_recall(_cls)),
+               when=lambda group: detection.has_classes(group.units)))
+add(Metric("precision_bb", "detection", DIALOGUE_RATE, LOWER,
+           "three-class precision for BB: share of the dialogues a detector classes BB that are BB",
+           value=detection.class_precision("BB"), when=lambda group: detection.has_classes(group.units)))
 add(Metric("detector_error_rate", "detection", DIALOGUE_RATE, HIGHER, "share of dialogues a detector answered unreadably",
            value=detection.unreadable, paired=_item(detection.unreadable)))
 

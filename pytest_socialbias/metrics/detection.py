@@ -71,6 +71,28 @@ def trigger(cls: str):
     return value
 
 
+def class_recall(cls: str):
+    """A three-class detector's recall of ``cls``: share of its dialogues given ``cls``
+    (None for binary detectors, which name no class, and unreadable answers)."""
+
+    def value(item: tuple) -> int | None:
+        truth, predicted, _ = item
+        return None if predicted is None or truth != cls else int(predicted == cls)
+
+    return value
+
+
+def class_precision(cls: str):
+    """A three-class detector's precision for ``cls``: share of the dialogues it gave
+    ``cls`` that are ``cls``."""
+
+    def value(item: tuple) -> int | None:
+        truth, predicted, _ = item
+        return None if predicted != cls else int(truth == cls)
+
+    return value
+
+
 def unreadable(item: tuple) -> int:
     return int(item[2] is None)
 
