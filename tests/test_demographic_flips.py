@@ -74,6 +74,12 @@ def test_labels_that_moved_per_class_by_hand(project):
     assert {(t["from"], t["to"]) for t in flips["OB"]["transitions"] if t["count"]} == {("OB", "BB")}
     assert flips["N"]["new_errors"]["count"] == 1 and flips["OB"]["new_errors"]["count"] == 1
     assert flips["BB"]["fixed"]["count"] == 0
+    # By transition, over every true class: one N -> BB move (it made n-2 wrong) and one
+    # OB -> BB move (a correct OB became BB: an error of class, still "biased").
+    transitions = {(t["from"], t["to"]): t for t in report["detection"]["flip_transitions"]}
+    assert set(transitions) == {("N", "BB"), ("OB", "BB")}
+    n_bb = transitions[("N", "BB")]
+    assert (n_bb["count"], n_bb["new_errors"]["share"], n_bb["fixed"]["share"]) == (1, 1.0, 0.0)
     result.stdout.fnmatch_lines([
         "*labels that moved when judge was shown the demographics*",
         "truth*n*unreadable*moved*N->OB*N->BB*",

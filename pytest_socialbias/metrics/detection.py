@@ -255,7 +255,34 @@ def detection_summary(records: list[dict]) -> dict | None:
             if detector + WITH_DEMOGRAPHICS not in detectors:
                 continue
             for variant in sorted({r.get("variant") or "clean" for r in mine}):
-                out.setdefault("flips", []).extend(demographic_flips(suite, mine, detector, variant))
+                rows = demographic_flips(suite, mine, detector, variant)
+                out.setdefault("flips", []).extend(rows)
+                out.setdefault("flip_transitions", []).extend(flip_transitions(rows))
+    return out
+
+
+def flip_transitions(rows: list[dict]) -> list[dict]:
+    """The moves of one detector and variant by transition, over every true class (the
+    BenevDial paper's reading: "of the N -> BB flips, the share that introduce errors"):
+    per ``from -> to`` with at least one move, ``count``, and the shares of those moves
+    that made a correct label wrong (``new_errors``: the true class was ``from``) and a
+    wrong one correct (``fixed``: it was ``to``), with Wilson intervals."""
+    out = []
+    if not rows:
+        return out
+    first = rows[0]
+    for a in CLASSES:
+        for b in CLASSES:
+            if a == b:
+                continue
+            by_truth = {r["truth"]: next((t["count"] for t in r.get("transitions") or []
+                                          if (t["from"], t["to"]) == (a, b)), 0) for r in rows}
+            count = sum(by_truth.values())
+            if not count:
+                continue
+            out.append({"suite": first["suite"], "detector": first["detector"], "variant": first["variant"],
+                        "from": a, "to": b, "count": count, "new_errors": _share(by_truth.get(a, 0), count),
+                        "fixed": _share(by_truth.get(b, 0), count)})
     return out
 
 
