@@ -109,7 +109,7 @@ def test_paper_style_full_crossing_no_n_instruction_paper_decoding_and_quality(t
 
     # The paper's decoding settings on the wire.
     for req in requests:
-        assert req.params["temperature"] == 0.6 and req.params["top_p"] == 0.9 and req.params["max_tokens"] == 900
+        assert req.params["temperature"] == 0.6 and req.params["top_p"] == 0.9 and req.params["max_tokens"] == 2000  # the paper's budget
 
     # The written set: 24 dialogues with unique ids (one per generator), style in source.
     lines = load_lines(tmp_path / "out.jsonl", style="paper")
@@ -139,7 +139,7 @@ def test_paper_style_full_crossing_no_n_instruction_paper_decoding_and_quality(t
     assert report["settings"]["vendi"]["kernel"] == "ngram-cosine"
     quality_lines = [line for line in err.splitlines() if line.startswith("generate-benevdial: quality")]
     assert "stand-in" in quality_lines[0] and "method1" in quality_lines[0]
-    assert len(quality_lines) == 1 + 3 + 3 * 2 + 1  # how, classes, cells, where
+    assert len(quality_lines) == 1 + 3 + 3 + 3 * 2 + 1  # how, classes pooled, class means, cells, where
 
     # The same statistics from the file, with the same seed.
     assert quality.quality_of_file(tmp_path / "out.jsonl", seed=3)["generators"] == report["generators"]
@@ -177,3 +177,13 @@ def test_quality_json_usage_errors(tmp_path, capsys):
     assert main(base + ["--style", "other"]) == 2
     err = capsys.readouterr().err
     assert "the folder" in err and "is the --out file" in err and "invalid choice: 'other'" in err
+
+
+def test_the_paper_style_prompt_sets_no_length_rule_for_agent_turns():
+    """The paper's generation prompt has no rule on the agent's turn length (its markers
+    measure it), so the paper-style prompt sets none."""
+    from pytest_socialbias import prompts
+
+    paper = prompts.load("benevdial_generate_paper")
+    assert paper.id == "benevdial_generate_paper@2"
+    assert "sentences" not in paper.system.lower()

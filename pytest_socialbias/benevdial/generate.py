@@ -57,11 +57,12 @@ TEMPLATE = "benevdial_generate"
 #: The prompt template of each style; their ids differ, so do their cache keys.
 TEMPLATES = {"ours": TEMPLATE, "paper": "benevdial_generate_paper"}
 STYLES = tuple(TEMPLATES)
-#: Decoding defaults per style (an explicit --temperature / --top-p, or a spec's own
-#: parameter, wins). The paper's are temperature 0.6 and top-p 0.9.
+#: Decoding defaults per style (an explicit --temperature / --top-p / --max-tokens, or a
+#: spec's own parameter, wins). The paper's are temperature 0.6, top-p 0.9, 2,000 tokens.
 STYLE_DEFAULTS = {
-    "ours": {"temperature": 0.6, "top_p": 0.9},
-    "paper": {"temperature": 0.6, "top_p": 0.9},
+    "ours": {"temperature": 0.6, "top_p": 0.9, "max_tokens": 900},
+    # The paper's budget: at most 2,000 new tokens per generation.
+    "paper": {"temperature": 0.6, "top_p": 0.9, "max_tokens": 2000},
 }
 ROLE = "generator"
 OPTION = "--generator"
@@ -283,17 +284,18 @@ class GenerateOptions:
     concurrency: int = 8
     temperature: float | None = None  # None: the style's default (STYLE_DEFAULTS)
     top_p: float | None = None
-    max_tokens: int = 900
+    max_tokens: int | None = None  # None: the style's default (STYLE_DEFAULTS)
     style: str = "ours"
     quality: bool = True
     quality_json: Path | None = None  # None: NAME.quality.json beside --out
 
     def decoding(self) -> dict:
-        """temperature and top_p: the explicit values, else the style's defaults."""
+        """temperature, top_p and max_tokens: the explicit values, else the style's defaults."""
         defaults = STYLE_DEFAULTS[self.style]
         return {
             "temperature": defaults["temperature"] if self.temperature is None else self.temperature,
             "top_p": defaults["top_p"] if self.top_p is None else self.top_p,
+            "max_tokens": defaults["max_tokens"] if self.max_tokens is None else self.max_tokens,
         }
 
     def quality_path(self) -> Path:
@@ -467,7 +469,7 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
             raise ConfigError(_cli_words(str(exc))) from None
     try:
         settings = CallPool(cache=cache, concurrency=options.concurrency)
-        defaults = {**options.decoding(), "max_tokens": options.max_tokens}
+        defaults = options.decoding()
         models = [Model(ROLE, spec, OPTION, settings, defaults=defaults) for spec in specs]
         jobs = plan_jobs(picked, len(models), options.style)
         progress = Progress(len(jobs), stderr)
@@ -568,7 +570,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=_whole(1), default=8, metavar="N", help="requests in flight (default 8)")
     parser.add_argument("--temperature", type=_number(0.0, 2.0), default=None, metavar="T", help="sampling temperature (default 0.6 in both styles; a spec's own ?temperature= wins)")
     parser.add_argument("--top-p", type=_number(0.0, 1.0), default=None, dest="top_p", metavar="P", help="nucleus sampling top-p (default 0.9 in both styles)")
-    parser.add_argument("--max-tokens", type=_whole(1), default=900, dest="max_tokens", metavar="N", help="most tokens per generated dialogue (default 900)")
+    parser.add_argument("--max-tokens", type=_whole(1), default=None, dest="max_tokens", metavar="N",
+                        help="most tokens per generated dialogue (default 900; --style=paper: 2000, the paper's)")
     parser.add_argument(
         "--quality-json", type=Path, default=None, dest="quality_json", metavar="PATH",
         help="where to write the quality statistics (MTLD, Self-BLEU-4, n-gram Vendi) of the written "
