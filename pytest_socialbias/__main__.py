@@ -103,6 +103,18 @@ def _init_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _agreement_configure(parser: argparse.ArgumentParser) -> None:
+    from .agreement import add_arguments
+
+    add_arguments(parser)
+
+
+def _agreement_run(args: argparse.Namespace) -> int:
+    from .agreement import run
+
+    return run(args)
+
+
 def _markers_configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, metavar="FILE", help="dialogue JSONL file (docs/dialogues-format.md); class optional")
     parser.add_argument("--json", type=Path, metavar="PATH", dest="json_path", help="also write the table as JSON to PATH")
@@ -146,6 +158,12 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         help="tools for the record/replay cache (verify)",
         configure=_cache_configure,
         run=_cache_run,
+    ),
+    "agreement": Subcommand(
+        help="agreement among raters of labelled items (two: Cohen's kappa and Gwet's AC1; more: Fleiss' kappa "
+        "and Gwet's AC1), with intervals, and a share of items with a field true",
+        configure=_agreement_configure,
+        run=_agreement_run,
     ),
     "markers": Subcommand(
         help="surface markers of patronising talk in a dialogue file, no judge or guard: means per "
