@@ -20,7 +20,8 @@ from .vocabulary import DEFAULT_GUIDANCE
 DEFAULT_BATCH_SIZE = 64
 
 #: Keys every suite file may have, whatever its protocol.
-COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size", "judge_params", "simulator_check")
+COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size", "judge_params", "simulator_check",
+               "prompts")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class Case:
     # The suite's ``simulator_check:`` ("judge": the judge also checks every simulated
     # user turn of the case, as --socialbias-simulator-check=judge does for every suite).
     simulator_check: str | None = None
+    # The suite's ``prompts:`` folder as sorted (template name, file) pairs: its files replace
+    # ours (and the run's --socialbias-prompts) for this case's calls (prompts.SUITE_OVERRIDES).
+    prompts: tuple = ()
 
     @property
     def name(self) -> str:

@@ -146,6 +146,10 @@ async def run_case(case, roles) -> CaseRecord:
         identity["judge_params"] = dict(case.judge_params)
     if case.simulator_check == JUDGE_CHECK:
         roles = replace(roles, simulator_check=JUDGE_CHECK)
+    if case.prompts:
+        from . import prompts
+
+        prompts.SUITE_OVERRIDES.set(dict(case.prompts))  # this task's context only (prompts.py)
     try:
         result = await PROTOCOLS[case.protocol].run(case, roles, usage)
     except ModelCallError as exc:

@@ -75,3 +75,31 @@ def test_a_missing_folder_is_named():
     with pytest.raises(Exception, match=r"--socialbias-prompts=nowhere: not a folder"):
         prompts.use_overrides(__import__("pathlib").Path("nowhere"))
     prompts.use_overrides(None)
+
+
+def test_a_suites_prompts_key_replaces_ours_for_its_cases_only(pytester, keys):
+    """Two suites in one run: the one with `prompts: paper` sends the override, the other
+    ours; each case's templates say which."""
+    from pytest_socialbias.testing import FakeServer
+
+    pytester.makefile(".yaml", mine=suite_yaml([("age-001", "age", "Plain statement.")], suite="mine")
+                      .replace("protocol: smoke", "protocol: smoke\nprompts: paper"))
+    pytester.makefile(".yaml", plain=suite_yaml([("race-001", "race", "Plain statement.")], suite="plain"))
+    (pytester.path / "paper").mkdir()
+    (pytester.path / "paper" / "judge_bias.yaml").write_text(OUR_WORDS, encoding="utf-8")
+    digest = hashlib.sha256(OUR_WORDS.encode()).hexdigest()[:12]
+    with FakeServer(script) as server:
+        result, report = run_with_report(pytester, "mine.yaml", "plain.yaml", *model_args(server), "-n", "2")
+        overridden = [r for r in server.requests if r.model == "j" and "RESEARCHER-PROMPT" in r.system_text]
+        ours = [r for r in server.requests if r.model == "j" and "label a single reply" in r.system_text]
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    templates = {c["suite"]: c for c in report["cases"]}
+    # One reply judged for bias in each suite: mine's with the override, plain's with ours.
+    assert (len(overridden), len(ours)) == (1, 1)
+    assert f"judge_bias@7+{digest}" in report["prompt_templates"] and "judge_bias@1" in report["prompt_templates"]
+    assert templates["mine"]["outcome"] == "clean" and templates["plain"]["outcome"] == "clean"
+    # A bad folder is named with the suite file's line.
+    pytester.makefile(".yaml", mine=suite_yaml([("age-001", "age", "x")], suite="mine")
+                      .replace("protocol: smoke", "protocol: smoke\nprompts: nowhere"))
+    bad = pytester.runpytest("mine.yaml", "--target=openai:t", "--judge=openai:j")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR and "mine.yaml:4: prompts=" in bad.stderr.str() and "not a folder" in bad.stderr.str()

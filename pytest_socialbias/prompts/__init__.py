@@ -17,6 +17,7 @@ placeholder we never fill is a usage error naming the file.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import string
 from dataclasses import dataclass, field
@@ -30,6 +31,10 @@ from ..errors import ConfigError
 
 #: Template name -> the override file that replaces it (use_overrides).
 _OVERRIDES: dict[str, Path] = {}
+#: A suite's own override folder (its ``prompts:`` key), set while one of its cases runs
+#: (worker.run_case): asyncio tasks copy it, so every call of that case sees it, and only
+#: that case. It wins over the run's folder.
+SUITE_OVERRIDES: contextvars.ContextVar = contextvars.ContextVar("suite_prompt_overrides", default=None)
 TEMPLATE_KEYS = ("name", "version", "system", "user")
 
 
@@ -111,12 +116,24 @@ def _ours(name: str) -> Template:
     return _parse(resources.files(__package__).joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
 
 
-@lru_cache(maxsize=None)
 def load(name: str) -> Template:
-    """The template ``name``: an override's where one is in use, else ours."""
+    """The template ``name``: the running case's suite override, else the run's, else ours."""
+    suite = SUITE_OVERRIDES.get()
+    if suite is not None and name in suite:
+        return _load_file(name, suite[name])
+    return _load(name)
+
+
+@lru_cache(maxsize=None)
+def _load(name: str) -> Template:
     path = _OVERRIDES.get(name)
     if path is None:
         return _ours(name)
+    return _load_file(name, path)
+
+
+@lru_cache(maxsize=None)
+def _load_file(name: str, path: Path) -> Template:
     raw = path.read_bytes()
     override = _parse(raw.decode("utf-8"), hashlib.sha256(raw).hexdigest())
     # Named snippets the override leaves out are ours (per-style text, guidance levels...).
@@ -125,8 +142,8 @@ def load(name: str) -> Template:
 
 
 def overridden() -> list[str]:
-    """The ids of the overrides in use (``name@version+sha``)."""
-    return [load(name).id for name in sorted(_OVERRIDES)]
+    """The ids of the run's overrides in use (``name@version+sha``)."""
+    return [_load(name).id for name in sorted(_OVERRIDES)]
 
 
 def names() -> tuple[str, ...]:
@@ -144,20 +161,26 @@ def use_overrides(folder: Path | None, option: str = "--socialbias-prompts") -> 
     (None: ours only); returns the ids in use. ConfigError naming the file and the fix for
     a file that cannot stand in for ours."""
     _OVERRIDES.clear()
-    load.cache_clear()
+    _load.cache_clear()
+    _load_file.cache_clear()
     if folder is None:
         return []
+    _OVERRIDES.update(check_folder(folder, option))
+    return overridden()
+
+
+def check_folder(folder: Path, where: str) -> dict[str, Path]:
+    """Name -> file of a folder of overrides, every file checked (ConfigError naming it)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise ConfigError(f"{option}={folder}: not a folder; name a folder of NAME.yaml prompt files")
-    ours = names()
+        raise ConfigError(f"{where}={folder}: not a folder; name a folder of NAME.yaml prompt files")
     found = sorted(folder.glob("*.yaml"))
     if not found:
-        raise ConfigError(f"{option}={folder}: holds no NAME.yaml prompt file; ours are {', '.join(ours)}")
+        raise ConfigError(f"{where}={folder}: holds no NAME.yaml prompt file; ours are {', '.join(names())}")
+    ours = names()
     for path in found:
         _check_override(path, ours)
-        _OVERRIDES[path.stem] = path
-    return overridden()
+    return {path.stem: path.resolve() for path in found}
 
 
 def _check_override(path: Path, ours: tuple) -> None:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..cases import Suite, SuiteOverrides, read_suite
+from ..errors import ConfigError
 from ..models.spec import DECODING_PARAMS, check_param
 from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
 from ..registry import Registry
@@ -90,6 +91,15 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     check = simulator_check(source)
     if check is not None:
         suite.cases = [replace(case, simulator_check=check) for case in suite.cases]
+    if source.data.get("prompts"):
+        from .. import prompts
+
+        folder = (source.path.parent / source.data["prompts"]).resolve()
+        try:
+            found = tuple(sorted(prompts.check_folder(folder, f"{source.path}:{source.line('prompts')}: prompts").items()))
+        except ConfigError as exc:
+            raise ConfigError(str(exc)) from None
+        suite.cases = [replace(case, prompts=found) for case in suite.cases]
     return suite
 
 
