@@ -187,3 +187,22 @@ def test_the_paper_style_prompt_sets_no_length_rule_for_agent_turns():
     paper = prompts.load("benevdial_generate_paper")
     assert paper.id == "benevdial_generate_paper@2"
     assert "sentences" not in paper.system.lower()
+
+
+def test_a_dry_run_says_the_dataset_size_and_cost_and_calls_nothing(tmp_path, monkeypatch, capsys):
+    from pytest_socialbias.__main__ import main
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    conditions = Path(__file__).resolve().parents[1] / "suites" / "benevdial" / "conditions.yaml"
+    out = tmp_path / "gen.jsonl"
+    args = ["generate-benevdial", "--generator", "openai:g1@http://127.0.0.1:9/v1", "--generator", "anthropic:g2",
+            "--per-class", "10", "--out", str(out), "--conditions", str(conditions), "--dry-run"]
+    assert main(args + ["--style", "paper"]) == 0
+    err = capsys.readouterr().err
+    assert ("dry run (paper style): 10 condition(s) x 3 classes x 2 generators = 60 dialogue(s), 20 per class; "
+            "calls per generator g1: 30, g2: 30;") in err
+    assert "at most 120,000 completion tokens (2000 a dialogue); nothing called, nothing written" in err
+    assert main(args) == 0  # ours: the generators share the work
+    assert "10 condition(s) x 3 classes = 30 dialogue(s), 10 per class; calls per generator g1: 15, g2: 15;" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / ".socialbias").exists()

@@ -288,6 +288,7 @@ class GenerateOptions:
     style: str = "ours"
     quality: bool = True
     quality_json: Path | None = None  # None: NAME.quality.json beside --out
+    dry_run: bool = False  # plan and estimate, call nothing, write nothing
 
     def decoding(self) -> dict:
         """temperature, top_p and max_tokens: the explicit values, else the style's defaults."""
@@ -400,15 +401,16 @@ def write_jsonl(path: Path, records: list[dict]) -> None:
 # --------------------------------------------------------------------------- the command
 
 
-def parse_generators(raw_specs: list[str]) -> list[ModelSpec]:
+def parse_generators(raw_specs: list[str], key_required: bool = True) -> list[ModelSpec]:
     """The generator specs, in the order given: ConfigError for a bad spec, a missing key
-    or a generator given twice (before anything is opened or sampled)."""
+    (unless ``key_required`` is False: a dry run calls nothing) or a generator given twice
+    (before anything is opened or sampled)."""
     specs = []
     for raw in raw_specs:
         spec = parse_spec(raw, OPTION)
         if any(str(spec) == str(other) for other in specs):
             raise ConfigError(f"{OPTION}={spec} is given twice; give each generator once")
-        check_credentials(spec, OPTION)
+        check_credentials(spec, OPTION, required=key_required)
         specs.append(spec)
     return specs
 
@@ -449,6 +451,23 @@ def summary_line(result: GenerateResult, out: Path) -> str:
     return text + f"; {result.calls} generator calls, {result.hits} cache hits"
 
 
+def dry_run_line(options: GenerateOptions, conditions: Conditions, picked: list[Condition], specs: list) -> str:
+    """What a run would generate and roughly cost: dialogues per class and generator,
+    calls, prompt tokens (4 characters a token) and at most max_tokens a completion."""
+    jobs = plan_jobs(picked, len(specs), options.style)
+    prompt_chars = sum(len(m["content"]) for job in jobs for m in render_messages(conditions, job, options.turns))
+    budget = options.decoding()["max_tokens"]
+    per_generator = {g: sum(1 for job in jobs if job.generator == g) for g in range(len(specs))}
+    spread = ", ".join(f"{specs[g].model}: {n}" for g, n in per_generator.items())
+    return (
+        f"generate-benevdial: dry run ({options.style} style): {len(picked)} condition(s) x 3 classes"
+        + (f" x {len(specs)} generators" if options.style == "paper" and len(specs) > 1 else "")
+        + f" = {len(jobs)} dialogue(s), {len(jobs) // 3} per class; calls per generator {spread}; "
+        f"about {prompt_chars // 4:,} prompt tokens and at most {len(jobs) * budget:,} completion tokens "
+        f"({budget} a dialogue); nothing called, nothing written"
+    )
+
+
 def run_generate(options: GenerateOptions, stderr=None) -> int:
     """The command: 0 when at least one dialogue was written, 1 when none; ConfigError for
     bad input (the CLI prints it and exits 2)."""
@@ -457,10 +476,13 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
         raise ConfigError(f"--record={options.record!r}: expected one of {', '.join(RECORD_MODES)}")
     if options.style not in STYLES:
         raise ConfigError(f"--style={options.style!r}: expected one of {', '.join(STYLES)}")
-    specs = parse_generators(options.generators)
+    specs = parse_generators(options.generators, key_required=not options.dry_run)
     check_paths(options)
     conditions = load_conditions(options.conditions)
     picked = pick_conditions(conditions, options.per_class, options.seed)
+    if options.dry_run:
+        print(dry_run_line(options, conditions, picked, specs), file=stderr)
+        return 0
     cache = None
     if options.record != "off":
         try:
@@ -578,6 +600,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "set (default: NAME.quality.json beside --out NAME.jsonl)",
     )
     parser.add_argument("--no-quality", action="store_false", dest="quality", help="skip the quality statistics")
+    parser.add_argument("--dry-run", action="store_true", dest="dry_run",
+                        help="say how many dialogues the run would generate, per class and generator, and estimate its "
+                        "tokens; call nothing, write nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -597,5 +622,6 @@ def run(args: argparse.Namespace) -> int:
         style=args.style,
         quality=args.quality,
         quality_json=args.quality_json,
+        dry_run=args.dry_run,
     )
     return run_generate(options)
