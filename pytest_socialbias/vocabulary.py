@@ -42,7 +42,7 @@ DEFAULT_GUIDANCE = "operational"
 #: Robustness variants of a labelled dialogue in detector mode (benevdial/transforms.py):
 #: ``foldmask`` masks cues then folds; ``randmask`` masks as many non-cue words as ``mask``
 #: masks cues (its control). New ones go at the end: cases sort by this order.
-VARIANTS = ("clean", "fold", "mask", "shuffle", "foldmask", "randmask")
+VARIANTS = ("clean", "fold", "mask", "shuffle", "foldmask", "randmask", "foldrandmask")
 #: Which turns a variant rewrites (suite key ``variant_scope``): agent turns, all turns,
 #: or per operation as in the research setting (fold and shuffle all, mask agent).
 VARIANT_SCOPES = ("agent", "all", "paper")

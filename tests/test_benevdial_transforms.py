@@ -258,3 +258,18 @@ def test_transform_errors():
         transform_dialogue(dialogue, "mask", seed=0)
     with pytest.raises(ValueError, match="'mask' needs cues"):
         transform_dialogue(dialogue, "mask", seed=0, cues=("", "  "))
+
+
+def test_foldrandmask_is_randmask_then_fold_with_the_mask_token_chosen():
+    from pytest_socialbias.benevdial.transforms import transform_dialogue
+
+    dialogue = {"id": "d1", "turns": [{"speaker": "user", "text": "Hi!"},
+                                      {"speaker": "agent", "text": "Oh sweetie, don't worry, dear, it's fine!"}]}
+    both = transform_dialogue(dialogue, "foldrandmask", seed=3, cues=("sweetie", "dear"), mask="[unused0]")
+    rand = transform_dialogue(dialogue, "randmask", seed=3, cues=("sweetie", "dear"), mask="[unused0]")
+    agent = both["turns"][1]["text"]
+    assert agent.count("[unused0]") == 2 and "!" not in agent and "," not in agent
+    assert agent.count("[unused0]") == rand["turns"][1]["text"].count("[unused0]")  # the same words masked
+    assert both["turns"][0]["text"] == "Hi!" and both["variant"] == "foldrandmask"
+    masked = transform_dialogue(dialogue, "mask", seed=3, cues=("sweetie", "dear"), mask="[unused0]")
+    assert masked["turns"][1]["text"] == "Oh [unused0], don't worry, [unused0], it's fine!"

@@ -158,11 +158,12 @@ def texts(dialogue) -> list[str]:
 
 
 def test_vocabulary_and_operations_agree():
-    assert VARIANTS == ("clean", "fold", "mask", "shuffle", "foldmask", "randmask")
+    assert VARIANTS == ("clean", "fold", "mask", "shuffle", "foldmask", "randmask", "foldrandmask")
     assert VARIANT_SCOPES == ("agent", "all", "paper")
     assert set(OPERATIONS) == set(VARIANTS)
     assert OPERATIONS["foldmask"] == ("mask", "fold")
-    assert NEEDS_CUES == ("mask", "foldmask", "randmask")
+    assert NEEDS_CUES == ("mask", "foldmask", "randmask", "foldrandmask")
+    assert OPERATIONS["foldrandmask"] == ("randmask", "fold")
     assert PAPER_SCOPE == {"fold": "all", "shuffle": "all", "mask": "agent", "randmask": "agent"}
     for variant in VARIANTS:  # usable as pytest ids and markers
         assert re.fullmatch(r"[a-z]+", variant)

@@ -16,6 +16,7 @@ Variants (``VARIANTS``), each an ordered list of operations (``OPERATIONS``):
   dialogue id, turn index).
 - ``foldmask``: ``mask`` then ``fold`` (masking first, so a cue with an apostrophe,
   "don't worry", is still found before folding turns it into "don.t worry").
+- ``foldrandmask``: ``randmask`` then ``fold``, the control of ``foldmask``.
 - ``randmask``: the control of ``mask``: :func:`mask_random_words` masks, in each turn,
   as many words as the cue list would, none of them inside a cue, chosen by an RNG seeded
   from SHA-256 of (seed, dialogue id, turn index, "randmask"). A drop under ``mask`` that
@@ -48,6 +49,7 @@ OPERATIONS = {
     "shuffle": ("shuffle",),
     "foldmask": ("mask", "fold"),
     "randmask": ("randmask",),
+    "foldrandmask": ("randmask", "fold"),  # randmask's control for foldmask
 }
 #: Variants that need a cue list.
 NEEDS_CUES = tuple(v for v in VARIANTS if {"mask", "randmask"} & set(OPERATIONS[v]))
@@ -329,7 +331,8 @@ def operation_applies(operation: str, speaker: str, scope: str = DEFAULT_VARIANT
 
 
 def transform_dialogue(
-    dialogue: dict, variant: str, *, seed: int, cues: tuple[str, ...] = (), scope: str = DEFAULT_VARIANT_SCOPE
+    dialogue: dict, variant: str, *, seed: int, cues: tuple[str, ...] = (), scope: str = DEFAULT_VARIANT_SCOPE,
+    mask: str = "[MASK]",
 ) -> dict:
     """Return a new dialogue (deep copy) with its turns rewritten by ``variant``.
 
@@ -357,9 +360,9 @@ def transform_dialogue(
             if operation == "fold":
                 turn["text"] = fold_punctuation(turn["text"])
             elif operation == "mask":
-                turn["text"] = mask_cues(turn["text"], cues)
+                turn["text"] = mask_cues(turn["text"], cues, mask)
             elif operation == "randmask":
-                turn["text"] = mask_random_words(turn["text"], cues, _turn_rng(seed, dialogue_id, index, "randmask"))
+                turn["text"] = mask_random_words(turn["text"], cues, _turn_rng(seed, dialogue_id, index, "randmask"), mask)
             elif operation == "shuffle":
                 turn["text"] = shuffle_words(turn["text"], _turn_rng(seed, dialogue_id, index))
     out["variant"] = variant

@@ -2,7 +2,7 @@
 
 One case is one labelled dialogue (docs/dialogues-format.md) in one variant (``clean``, or
 a robustness transformation of its turns: ``fold``, ``mask``, ``shuffle``, ``foldmask``,
-``randmask``; of its agent turns unless the suite's ``variant_scope`` says ``all`` or
+``randmask``, ``foldrandmask``; of its agent turns unless the suite's ``variant_scope`` says ``all`` or
 ``paper``, benevdial/transforms.py). Every configured detector reads it:
 
 * each ``--judge`` (the three-class treatment judge at the suite's guidance, with or
@@ -87,7 +87,7 @@ async def run_detect(case, roles, usage) -> dict:
     variant = case.style or "clean"
     dialogue = transform_dialogue(
         extra["dialogue"], variant, seed=options["variant_seed"], cues=extra.get("cues", ()),
-        scope=options["variant_scope"],
+        scope=options["variant_scope"], mask=options.get("mask_token", MASK_TOKEN),
     )
     pairs = [{"user": t["user"], "assistant": t["assistant"]} for t in as_turn_pairs(dialogue["turns"])]
     judges = [roles.judge] + list(roles.extra_judges) if roles.judge is not None else []
@@ -185,8 +185,11 @@ async def run_detect(case, roles, usage) -> dict:
 
 #: Seed of the shuffle and randmask variants when the suite does not say.
 VARIANT_SEED = 20251130
-KEYS = ("dialogues", "conditions", "variants", "variant_scope", "cues", "variant_seed", "guidance",
+KEYS = ("dialogues", "conditions", "variants", "variant_scope", "cues", "variant_seed", "mask_token", "guidance",
         "judge_demographics", "guard_unit")
+#: What the mask variants put in place of a word unless the suite's ``mask_token`` says
+#: (the BenevDial paper masked with BERT's reserved ``[unused0]``).
+MASK_TOKEN = "[MASK]"
 
 
 def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
@@ -223,6 +226,7 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
         **judge_options(source, overrides),
         "variant_seed": data.get("variant_seed", VARIANT_SEED),
         "variant_scope": data.get("variant_scope", DEFAULT_VARIANT_SCOPE),
+        "mask_token": data.get("mask_token", MASK_TOKEN),
         "guard_unit": overrides.guard_unit or data.get("guard_unit"),  # None: the guard's own
     }
     digest = source.digest(dialogues_path)
