@@ -68,6 +68,15 @@ class LoopRunner:
             self._loop = self._thread = None
         if loop is None:
             return
+        try:
+            # Coroutines still pending (an interrupt cancelled them, or nothing awaited them)
+            # are cancelled and run to their end here: left pending in a closed loop, each
+            # would be finalized later by the garbage collector, running its cleanup code
+            # against a closed loop at an arbitrary moment (even inside another module's
+            # import, where CPython 3.11's AST construction is not re-entrant: gh-106905).
+            asyncio.run_coroutine_threadsafe(_drain(), loop).result(10)
+        except Exception:  # a coroutine that will not end must never hang or fail a run
+            pass
         if cleanup is not None:
             try:
                 asyncio.run_coroutine_threadsafe(cleanup(), loop).result(10)
@@ -78,3 +87,13 @@ class LoopRunner:
             thread.join(5)
         if not loop.is_running():
             loop.close()
+
+
+async def _drain(timeout: float = 5.0) -> None:
+    """Cancel every other task of the running loop and wait (at most ``timeout``) for them
+    to finish."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)

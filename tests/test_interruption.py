@@ -172,3 +172,24 @@ def test_cancelling_a_run_frees_no_slot_for_a_new_request():
             assert len(sent) == 2, sent
     finally:
         runner.close()
+
+
+def test_closing_the_loop_ends_every_pending_coroutine_first():
+    """A coroutine left pending (interrupted, or never awaited) is cancelled and run to its
+    end when the loop closes, so nothing is finalized later against a closed loop."""
+    import asyncio
+
+    from pytest_socialbias.runner import LoopRunner
+
+    runner = LoopRunner()
+    ended = []
+
+    async def waits_forever():
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append(True)
+
+    future = runner.submit(waits_forever())
+    runner.close()
+    assert ended == [True] and future.cancelled()
