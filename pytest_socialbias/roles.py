@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 import uuid
+from abc import ABC, abstractmethod
 from typing import Callable
 
 
-class ProcessRole:
+class ProcessRole(ABC):
     name = ""
     aggregates = True  # collects the records, decides the gates, writes the reports
     runs_cases = True  # calls models: warms them up, runs batches
@@ -33,10 +34,10 @@ class ProcessRole:
         """The run's id, shared by all its processes (endpoint checks, the cache's runs)."""
         return uuid.uuid4().hex
 
+    @abstractmethod
     def server_share(self, per_worker: bool, gpus: str | None) -> tuple[str | None, str | None] | None:
         """Where this process starts a managed server (models/managed.py): ``(gpus, name)``
         for one it starts, None for one another process starts (or none does)."""
-        raise NotImplementedError
 
     def upcoming(self, runner) -> list:
         """Cases whose batches start beside the one an item waits for."""

@@ -17,6 +17,7 @@ puts it there at build time); a source checkout reads it from the checkout itsel
 from __future__ import annotations
 
 import argparse
+import posixpath
 import re
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -83,19 +84,8 @@ def suite_files(root: Path, suite: Path) -> list[Path]:
     for key in FILE_KEYS:
         if isinstance(data.get(key), str):
             named = (root / suite).parent / data[key]
-            files.append(Path(_normalise(named.relative_to(root))))
+            files.append(Path(posixpath.normpath(named.relative_to(root).as_posix())))
     return files
-
-
-def _normalise(path: Path) -> str:
-    """``suites/benevdial-detect/../benevdial/x`` -> ``suites/benevdial/x`` (no filesystem access)."""
-    parts: list[str] = []
-    for part in path.parts:
-        if part == "..":
-            parts.pop()
-        elif part != ".":
-            parts.append(part)
-    return "/".join(parts)
 
 
 def filter_thresholds(text: str, keep: set[str]) -> str:

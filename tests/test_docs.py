@@ -76,26 +76,32 @@ def test_the_site_builds_strictly(tmp_path):
 # --------------------------------------------------------------------------- README's commands
 
 
-def _readme_commands() -> list[str]:
-    """README's indented command lines that call pytest or the plugin's CLI (continuation
-    lines joined), in order."""
+PREFIXES = ("pytest ", "python -m pytest_socialbias", "python3 ", ". .venv", "cd ")
+
+
+def _commands(text: str) -> list[str]:
+    """The indented command lines of a Markdown text that call pytest, the plugin's CLI,
+    the set-up (``python3``, ``. .venv``) or start in a folder (``cd``), continuation lines
+    joined and trailing ``# comments`` dropped, in order."""
     commands, current = [], ""
-    for line in README.splitlines():
-        if not line.startswith("    ") and not line.startswith("       ") and not current:
-            continue
-        text = line.strip()
+    for line in text.splitlines():
+        stripped = line.strip()
         if current:
-            current += " " + text.rstrip("\\").strip()
-            if not text.endswith("\\"):
+            current += " " + stripped.rstrip("\\").strip()
+            if not stripped.endswith("\\"):
                 commands.append(current)
                 current = ""
-            continue
-        if text.startswith(("pytest ", "python -m pytest_socialbias", "cd ")):
-            if text.endswith("\\"):
-                current = text.rstrip("\\").strip()
+        elif line.startswith("    ") and stripped.startswith(PREFIXES):
+            command = stripped.split("  #")[0].strip()
+            if command.endswith("\\"):
+                current = command.rstrip("\\").strip()
             else:
-                commands.append(text)
+                commands.append(command)
     return commands
+
+
+def _readme_commands() -> list[str]:
+    return _commands(README)
 
 
 def _script(req):
@@ -178,26 +184,9 @@ NOT_HERE = (
 
 
 def _doc_commands() -> list[tuple[str, str]]:
-    """(page, command) for every indented command line of the docs pages (continuations
-    joined)."""
-    out = []
-    for page in sorted((ROOT / "docs").glob("*.md")):
-        current = ""
-        for line in page.read_text(encoding="utf-8").splitlines():
-            text = line.strip()
-            if current:
-                current += " " + text.rstrip("\\").strip()
-                if not text.endswith("\\"):
-                    out.append((page.name, current))
-                    current = ""
-                continue
-            if line.startswith("    ") and text.startswith(("pytest ", "python -m pytest_socialbias", "python3 ", ". .venv")):
-                command = text.split("  #")[0].strip()
-                if text.endswith("\\"):
-                    current = command.rstrip("\\").strip()
-                else:
-                    out.append((page.name, command))
-    return out
+    """(page, command) for every command of the docs pages (``_commands``)."""
+    return [(page.name, command) for page in sorted((ROOT / "docs").glob("*.md"))
+            for command in _commands(page.read_text(encoding="utf-8"))]
 
 
 def _any_model(req):
