@@ -6,10 +6,11 @@
 
 The labelled sets (tests/data/user_turns*.yaml, written by us) hold user turns in context
 (a DyMT seed and the previous reply, or a BenevDial profile, request and previous reply),
-each labelled clean, seed_leak, setup_leak, copy or assistant_voice. ``user_turns.yaml``
-and ``user_turns_2.yaml`` were used to choose the checks' patterns and thresholds;
-``user_turns_fresh.yaml`` was written afterwards, without sight of the checks, and never
-tuned on: its figures are what to expect of unseen simulators.
+each labelled clean, seed_leak, setup_leak, copy or assistant_voice. ``user_turns.yaml``,
+``user_turns_2.yaml`` and ``user_turns_3.yaml`` were used to choose the checks' patterns
+and thresholds (the third was held out at first, then tuned on); ``user_turns_fresh.yaml``
+was written afterwards by someone who never saw the checks, and never tuned on: its
+figures are what to expect of unseen simulators.
 
 Per set it prints, for each label, how many turns there are, the share flagged at all
 (recall: a leak flagged as another kind of break is still kept from the target) and the
@@ -45,7 +46,8 @@ from pytest_socialbias.protocols.user_check import (  # noqa: E402
 from pytest_socialbias.vocabulary import STYLES  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
-SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "held out": "user_turns_fresh.yaml"}
+SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "tuning-3": "user_turns_3.yaml",
+        "held out": "user_turns_fresh.yaml"}
 LABELS = ("clean", "seed_leak", "setup_leak", "copy", "assistant_voice")
 BREAKS = LABELS[1:]
 
