@@ -56,6 +56,15 @@ def _cache_configure(parser: argparse.ArgumentParser) -> None:
         "--cache-dir", type=Path, default=Path(".socialbias"), metavar="DIR", dest="cache_dir",
         help="record/replay cache folder (default .socialbias)",
     )
+    merge = actions.add_parser(
+        "merge",
+        help="merge the caches of a sharded run into one, for a replay of the whole run",
+        description="Merge record/replay cache folders into a new one. Every key is kept once; where two caches "
+        "answered one request differently, the readable answer is kept, then the one recorded first, then the one "
+        "of the folder named first, and each conflict is printed. The inputs are only read.",
+    )
+    merge.add_argument("inputs", nargs="+", type=Path, metavar="DIR", help="cache folders to merge")
+    merge.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="new cache folder to write")
     verify.add_argument(
         "--repair", action="store_true",
         help="salvage what is readable of a damaged cache into a new file (no run may use the cache meanwhile); "
@@ -63,9 +72,28 @@ def _cache_configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _cache_merge(args: argparse.Namespace) -> int:
+    from .cachecheck import merge_caches
+
+    merged = merge_caches(args.inputs, args.output)
+    for folder, count in merged.taken.items():
+        print(f"{folder}: {count} entries taken")
+    for key, role, model, kept, others in merged.conflicts[:20]:
+        print(f"conflict: {role} call to {model} (key {key[:12]}) answered differently in {', '.join(others)}; "
+              f"kept the answer of {kept}")
+    if len(merged.conflicts) > 20:
+        print(f"... and {len(merged.conflicts) - 20} more conflict(s)")
+    print(f"{merged.written} entries and {merged.adaptations} endpoint adaptation(s) written to {args.output}; "
+          f"{len(merged.conflicts)} conflict(s)")
+    return 0
+
+
 def _cache_run(args: argparse.Namespace) -> int:
     from .cache import CACHE_FILE
     from .cachecheck import repair_cache, verify_cache
+
+    if args.action == "merge":
+        return _cache_merge(args)
 
     if args.repair:
         repair = repair_cache(args.cache_dir)
@@ -89,6 +117,40 @@ def _cache_run(args: argparse.Namespace) -> int:
         return 1
     print(f"{rows} entries OK")
     return 0
+
+
+def _combine_configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("parts", nargs="+", type=Path, metavar="PART",
+                        help="the partial file of every shard (written by --socialbias-partial), in any order")
+    parser.add_argument("--report", "--socialbias-report", type=Path, metavar="PATH", dest="report",
+                        help="write the run's JSON report here (the same file a single run writes)")
+    parser.add_argument("--html", "--socialbias-html", type=Path, metavar="PATH", dest="html",
+                        help="write the run's HTML report here")
+    parser.add_argument("--junit", "--junitxml", type=Path, metavar="PATH", dest="junit",
+                        help="write a JUnit XML file with one test case per gate (failed, passed or skipped)")
+    parser.add_argument("--baseline", "--socialbias-baseline", metavar="PATH|none", dest="baseline",
+                        help="JSON report of the last accepted release to compare with, or `none` when there is none yet")
+    parser.add_argument("--thresholds", "--socialbias-thresholds", type=Path, metavar="PATH", dest="thresholds",
+                        help="the gates file (default: thresholds.yaml in the working directory, if there)")
+    parser.add_argument("--gates-for", "--socialbias-gates-for", choices=("all", "present"), default="all",
+                        dest="gates_for", help="as --socialbias-gates-for: present skips gates of suites this project lacks")
+
+
+def _combine_run(args: argparse.Namespace) -> int:
+    from .report.terminal import summary_block
+    from .combine import CombineOptions, combine
+
+    result, unwritten, parts = combine(CombineOptions(
+        parts=tuple(args.parts), report=args.report, html=args.html, junit=args.junit, baseline=args.baseline,
+        thresholds=args.thresholds, gates_for=args.gates_for,
+    ))
+    total = parts[0][1]["shard"]["total"]
+    print(f"combined {len(parts)} of {total} shard(s): {len(result.records)} case(s)")
+    for line, _ in summary_block(result, unwritten):
+        print(line)
+    if args.junit is not None and not any(p.startswith("--junit") for p in unwritten):
+        print(f"JUnit XML: {args.junit}")
+    return result.exit_status
 
 
 def _init_configure(parser: argparse.ArgumentParser) -> None:
@@ -154,8 +216,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         configure=_generate_configure,
         run=_generate_run,
     ),
+    "combine": Subcommand(
+        help="combine the partial files of a sharded run (--socialbias-shard, --socialbias-partial) into the "
+        "run's report, comparison and gates, with the exit status a single run would have",
+        configure=_combine_configure,
+        run=_combine_run,
+    ),
     "cache": Subcommand(
-        help="tools for the record/replay cache (verify)",
+        help="tools for the record/replay cache (verify, merge)",
         configure=_cache_configure,
         run=_cache_run,
     ),

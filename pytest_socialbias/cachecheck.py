@@ -1,6 +1,7 @@
-"""Checking and repairing the record/replay cache (``python -m pytest_socialbias cache
-verify [--repair]``): read-only checks of the sqlite file and of every row, and the salvage
-of a damaged file into a new one. Apart from cache.py, which runs record and replay, so
+"""Checking, repairing and merging record/replay caches (``python -m pytest_socialbias
+cache verify [--repair]``, ``cache merge``): read-only checks of the sqlite file and of
+every row, the salvage of a damaged file into a new one, and the merge of the caches of
+a run's shards into one. Apart from cache.py, which runs record and replay, so
 that the store itself never reaches up into the models package (a row's response is
 checked against models.base.ChatResponse here).
 """
@@ -11,7 +12,7 @@ import json
 import os
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cache import BUSY_TIMEOUT_MS, CACHE_FILE, CALL_COLUMNS, SCHEMA_VERSION, cache_key
@@ -274,3 +275,90 @@ def _salvage(db: sqlite3.Connection, table: str, result: Repair):
         last = limit
         if top is None and not found:
             return
+
+
+@dataclass
+class Merge:
+    """What ``merge_caches`` did: entries written, taken from each input, and conflicts
+    (one key with different answers): the answer kept and where the others were."""
+
+    written: int = 0
+    taken: dict = field(default_factory=dict)  # input folder -> entries it gave
+    conflicts: list = field(default_factory=list)  # (key, role, model, kept from, other folders)
+    adaptations: int = 0
+
+
+def merge_caches(inputs: list[Path], output: Path) -> Merge:
+    """Merge record/replay caches (the shards of a run each recorded their own) into a new
+    cache at ``output``. Every key is kept once; where two caches hold different answers
+    to one request, the readable one is kept, then the one recorded first, then the one of
+    the cache named first, and the conflict is reported. What the runs learnt about
+    endpoints is merged as a run's workers merge it (models/adapt.merge). The inputs are
+    only read; ``output`` must not hold a cache yet."""
+    from .cache import CallCache, canonical_json
+    from .models.adapt import merge as merge_adaptations
+
+    output = Path(output)
+    if (output / CACHE_FILE).exists():
+        raise ConfigError(f"-o {output}: a cache is there already; merge into a new folder")
+    for directory in inputs:
+        if Path(directory).resolve() == output.resolve():
+            raise ConfigError(f"-o {output}: it is one of the inputs; merge into a new folder")
+    best: dict[str, tuple] = {}  # key -> (rank, row, folder)
+    conflicts: dict[str, set] = {}
+    adaptations: dict[str, list] = {}
+    result = Merge()
+    for order, directory in enumerate(inputs):
+        rows, problems = verify_cache(directory)
+        if problems:
+            raise ConfigError(
+                f"{directory}: the cache is damaged ({problems[0]}); run `python -m pytest_socialbias cache verify "
+                f"--repair --cache-dir {directory}` first"
+            )
+        db = sqlite3.connect(f"{(Path(directory) / CACHE_FILE).resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            columns = [row[1] for row in db.execute("PRAGMA table_info(calls)")]
+            wanted = [c for c in CALL_COLUMNS if c in columns]
+            result.taken[str(directory)] = 0
+            for values in db.execute(f"SELECT {', '.join(wanted)} FROM calls"):
+                row = dict(zip(wanted, values))
+                rank = (int(row.get("unreadable") or 0), float(row["created"]), order)
+                key = row["key"]
+                held = best.get(key)
+                if held is not None and canonical_json(json.loads(held[1]["response"])) != canonical_json(
+                        json.loads(row["response"])):
+                    conflicts.setdefault(key, set()).update({held[2], str(directory)})
+                if held is None or rank < held[0]:
+                    best[key] = (rank, row, str(directory))
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "adaptations" in tables:
+                for endpoint, data in db.execute("SELECT endpoint, data FROM adaptations"):
+                    adaptations.setdefault(endpoint, []).append(json.loads(data))
+        finally:
+            db.close()
+    target = CallCache(output, "new")
+    try:
+        db = target._db
+        db.execute("BEGIN IMMEDIATE")
+        for key in sorted(best):
+            _, row, _ = best[key]
+            values = [row.get(c) for c in CALL_COLUMNS]
+            defaults = {"unreadable": 0, "asked": 1}
+            values = [defaults.get(c, None) if v is None and c in defaults else v for c, v in zip(CALL_COLUMNS, values)]
+            db.execute(f"INSERT INTO calls ({', '.join(CALL_COLUMNS)}) VALUES ({', '.join('?' * len(CALL_COLUMNS))})",
+                       values)
+        for endpoint, found in sorted(adaptations.items()):
+            db.execute("INSERT OR REPLACE INTO adaptations (endpoint, data) VALUES (?, ?)",
+                       (endpoint, canonical_json(merge_adaptations(found))))
+        db.execute("COMMIT")
+    finally:
+        target.close()
+    for key in sorted(best):
+        folder = best[key][2]
+        result.taken[folder] = result.taken.get(folder, 0) + 1
+    result.written = len(best)
+    result.adaptations = len(adaptations)
+    for key in sorted(conflicts):
+        _, row, kept = best[key]
+        result.conflicts.append((key, row["role"], row["model"], kept, sorted(conflicts[key] - {kept})))
+    return result

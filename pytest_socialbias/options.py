@@ -73,6 +73,12 @@ def _whole(minimum: int) -> Callable:
     return parse
 
 
+def _shard(raw, option: Option, where: Where):
+    from .shards import parse_shard
+
+    return parse_shard(str(raw))
+
+
 def _under_root(raw, option: Option, where: Where) -> Path:
     return where.root / raw
 
@@ -253,6 +259,15 @@ OPTIONS: tuple[Option, ...] = (
         "BenevDial detector suites: each judge classifies every dialogue without and with the demographics "
         "(detectors judge and judge+demographics) and the report counts, per true class, the labels that "
         "moved (N -> BB, ...); the suite's judge_demographics: both does the same")),
+    Option("--socialbias-shard", "socialbias_shard", "shard", metavar="K/N|auto", parse=_shard, ini=False, help=(
+        "run shard K of N (from 1): a deterministic share of the selected cases, balanced by the calls the dry "
+        "run counts for each; `auto` reads GitLab's CI_NODE_INDEX/CI_NODE_TOTAL, a Slurm array's "
+        "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, a Kubernetes Indexed Job's JOB_COMPLETION_INDEX (with "
+        "auto/N) or SOCIALBIAS_SHARD=K/N; needs --socialbias-partial; the shard decides no gate: `python -m "
+        "pytest_socialbias combine` does, from every shard's partial file")),
+    Option("--socialbias-partial", "socialbias_partial", "partial", metavar="PATH", parse=_user_path, ini=False,
+           help=("write this process's records and the run's metadata to PATH for `python -m pytest_socialbias "
+                 "combine`, and decide no gate (alone: the whole run as shard 1/1)")),
     Option("--socialbias-dry-run", "socialbias_dry_run", "dry_run", kind="flag", ini=False, help=(
         "call no model: print the calls per role and an estimate of the tokens the selected cases would "
         "use, then stop (exit status 0)")),
@@ -297,6 +312,8 @@ class Settings:
     judge_demographics: bool | None = None
     demographic_flips: bool = False
     dry_run: bool | None = False
+    shard: object = None  # shards.Shard, or None
+    partial: Path | None = None
     root: Path = field(default=Path("."), compare=False)
 
     @property
@@ -339,6 +356,8 @@ HELP_GROUPS = (
     ("socialbias-run", "social-bias: running the cases",
      ("--socialbias-record", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
       "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample")),
+    ("socialbias-shards", "social-bias: one run over several machines",
+     ("--socialbias-shard", "--socialbias-partial")),
     ("socialbias-decision", "social-bias: the release decision",
      ("--socialbias-thresholds", "--socialbias-gates-for", "--socialbias-baseline", "--socialbias-strict",
       "--socialbias-snapshot-max-flips", "--socialbias-judge-check")),
@@ -406,4 +425,22 @@ def read_settings(config) -> Settings:
         values[option.field] = option.convert(raw, where)
     values["strict"] = bool(values["strict"])
     values["dry_run"] = bool(values["dry_run"])
+    _check_shard(values)
     return Settings(root=where.root, **values)
+
+
+def _check_shard(values: dict) -> None:
+    """A shard writes a partial file and decides nothing; combine does the rest."""
+    if values["shard"] is not None and values["partial"] is None and not values["dry_run"]:
+        raise ConfigError(
+            f"--socialbias-shard={values['shard']}: a shard's records must go somewhere: add "
+            "--socialbias-partial=PATH (one file per shard) and combine them with `python -m pytest_socialbias combine`"
+        )
+    if values["partial"] is None:
+        return
+    for name, flag in (("report", "--socialbias-report"), ("html", "--socialbias-html"),
+                       ("judge_check", "--socialbias-judge-check")):
+        if values[name] is not None:
+            fix = ("give it to `python -m pytest_socialbias combine` instead" if name != "judge_check"
+                   else "run the judge check in a job that is not sharded")
+            raise ConfigError(f"{flag} with --socialbias-partial: a shard decides and reports nothing; {fix}")

@@ -49,6 +49,10 @@ class RunState:
     protocols: set = field(default_factory=set)  # of the collected cases
     notes: list = field(default_factory=list)  # what lenient loaders skipped, on this worker
     suite_files: dict = field(default_factory=dict)  # suite -> {"path", "cases"}, on this worker
+    # --socialbias-partial: what was selected before sharding ({"cases", "sha256"}), and
+    # this shard's share ({"cases", "calls", "calls_all"}); under xdist from the workers.
+    selection: dict | None = None
+    share: dict | None = None
 
     def collected(self, suite, config: pytest.Config) -> None:
         """What the aggregator learns from collection: notes of lenient loaders and which
@@ -255,7 +259,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
         lines.append(f"socialbias: prompts from {state.settings.prompts} in place of ours: {', '.join(prompts.overridden())}")
     aggregator = state.aggregator
-    if aggregator is not None and aggregator.gates_file is None:
+    if state.settings.partial is not None:
+        shard = state.settings.shard
+        which = f"shard {shard} ({shard.source})" if shard is not None else "the whole run as shard 1/1"
+        lines.append(f"socialbias: {which}: records to {shown_path(state.settings.partial)}; gates, comparison "
+                     "and reports come from `python -m pytest_socialbias combine`")
+    elif aggregator is not None and aggregator.gates_file is None:
         strict = "the run fails (--socialbias-strict)" if state.settings.strict else "no gate decides this run"
         lines.append(f"socialbias: NO THRESHOLDS FILE ({shown_path(state.settings.thresholds_file)} not found): {strict}")
     elif aggregator is not None:
@@ -437,6 +446,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 f"suite name and case id?): {item.nodeid}; give each suite a unique `suite:` name"
             )
         keys.add(item.case.key)
+    if state.settings.partial is not None or state.settings.shard is not None:
+        cases = _take_shard(config, state, items, cases)
     # The same cut as the xdist controller's (xdist_scheduling.py), from the same ids.
     root = Path(config.rootpath)
     batches = batch_ids([item.nodeid for item in items], lambda f: suite_batch_size(root / f, state.settings.batch_size))
@@ -450,10 +461,38 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     heap.settle()  # what is loaded and collected by now lives to the end of the run
 
 
+def _take_shard(config: pytest.Config, state: RunState, items: list, cases: list) -> list:
+    """Keep this shard's share of the items (shards.py: dealt by the calls the dry run
+    counts for each case; an ordinary test weighs one) and note what was selected before
+    sharding, which the partial file carries so that combine can check completeness."""
+    from .shards import Shard, assign, selection_digest
+
+    shard = state.settings.shard or Shard(1, 1, "--socialbias-partial")
+    calls = state.cases.planned_calls([item.case for item in cases])
+    weights = {item.case.key if isinstance(item, CaseItem) else item.nodeid:
+               calls[item.case.key] if isinstance(item, CaseItem) else 1 for item in items}
+    owner = assign(weights, shard.total)
+    mine = [item for item in items
+            if owner[item.case.key if isinstance(item, CaseItem) else item.nodeid] == shard.index]
+    state.selection = {"cases": len(cases), "sha256": selection_digest(item.case.key for item in cases)}
+    kept = [item for item in mine if isinstance(item, CaseItem)]
+    state.share = {"cases": len(kept), "calls": sum(calls[item.case.key] for item in kept),
+                   "calls_all": sum(calls.values())}
+    if len(mine) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in mine])
+        items[:] = mine
+    if isinstance(state.models.role, roles.Worker):
+        config.workeroutput["socialbias_selection"] = state.selection
+        config.workeroutput["socialbias_share"] = state.share
+    return kept
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     state = session.config.stash.get(STATE, None)
     planned = state is not None and state.aggregator is not None and state.aggregator.dry_plan is not None
-    if planned and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+    # A shard that got no case (more shards than cases) still wrote its partial file.
+    empty_shard = state is not None and state.selection is not None and state.settings.partial is not None
+    if (planned or empty_shard) and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK
 
 
@@ -544,6 +583,9 @@ class XdistController:
         for note in output.get("socialbias_notes", []):
             self.state.aggregator.note(note)
         self.state.aggregator.suite_files.update(output.get("socialbias_suites", {}))
+        if output.get("socialbias_selection"):  # every worker deals the same shard
+            self.state.selection = output["socialbias_selection"]
+            self.state.share = output.get("socialbias_share")
         for line in output.get("socialbias_collection", []):
             if line not in self.collection:  # every worker collects every file
                 self.collection.append(line)
@@ -589,6 +631,9 @@ class Controller:
         becomes 1 when the results fail the run. Gates are checked here, not in
         sessionfinish, where the exit status is fixed."""
         aggregator = self.state.aggregator
+        if self.state.settings.partial is not None:
+            self._write_partial(session)
+            return
         if not aggregator.records:
             return
         from .snapshots import check_snapshots
@@ -608,7 +653,51 @@ class Controller:
         _junit_properties(session.config, result)
         _junit_verdicts(session.config, result, self.unwritten)
 
+    def _write_partial(self, session: pytest.Session) -> None:
+        """A shard's end: its records and the run's metadata to the partial file; no gate,
+        no comparison, no report (combine makes them from every shard's file)."""
+        from .shards import Shard, partial_data, selection_digest, write_partial
+
+        state, aggregator = self.state, self.state.aggregator
+        settings, models = state.settings, state.models
+        if models.uses_local_default and "target" not in models.specs:
+            try:
+                models.use_local_default()
+            except ConfigError as exc:
+                aggregator.note(f"the report's models are unknown: {exc}")
+        shard = settings.shard or Shard(1, 1, "--socialbias-partial")
+        selection = state.selection or {
+            "cases": len(aggregator.records),
+            "sha256": selection_digest(f"{r['suite']}::{r['id']}" + (f"[{r['style']}]" if r.get("style") else "")
+                                       for r in aggregator.records),
+        }
+        data = partial_data(
+            shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
+            records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
+            failures_before=session.testsfailed, stopped_early=aggregator.partial,
+            skipped_gates=[gate.name for gate in aggregator.skipped_gates],
+        )
+        share = state.share or {"cases": len(aggregator.records)}
+        calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""
+        self.shard_lines = [
+            f"shard {shard} ({shard.source}): {share['cases']} of the run's {selection['cases']} case(s){calls}",
+            f"partial file: {shown_path(settings.partial)} ({len(aggregator.records)} record(s)); no gate is decided "
+            "here: `python -m pytest_socialbias combine PARTS...` decides them from every shard's file",
+        ]
+        try:
+            write_partial(settings.partial, data)
+        except OSError as exc:
+            self.unwritten.append(f"--socialbias-partial={settings.partial}: not written ({exc.strerror or exc})")
+            session.testsfailed += 1
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        if getattr(self, "shard_lines", None):
+            terminalreporter.write_sep("=", "socialbias shard")
+            for line in self.shard_lines:
+                terminalreporter.write_line(line)
+            for problem in self.unwritten:
+                terminalreporter.write_line(f"ERROR: {problem}", red=True, bold=True)
+            return
         plan = self.state.aggregator.dry_plan
         if plan is not None:
             from .report.terminal import dry_run_lines
@@ -620,24 +709,11 @@ class Controller:
         result = self.result
         if result is None:
             return
-        from .report.terminal import summary_lines
+        from .report.terminal import summary_block
 
         terminalreporter.write_sep("=", "socialbias summary")
-        for warning in result.warnings:
-            terminalreporter.write_line(f"WARNING: {warning}", yellow=True, bold=True)
-        for note in result.notes[:20]:
-            terminalreporter.write_line(f"note: {note}")
-        if len(result.notes) > 20:
-            terminalreporter.write_line(f"note: ... and {len(result.notes) - 20} more (see --socialbias-report)")
-        for line in summary_lines(result):
-            red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
-            terminalreporter.write_line(line, red=red, bold=red)
-        for problem in self.unwritten:
-            terminalreporter.write_line(f"ERROR: {problem}", red=True, bold=True)
-        if result.report_path is not None and not any(p.startswith("--socialbias-report=") for p in self.unwritten):
-            terminalreporter.write_line(f"JSON report: {result.report_path}")
-        if result.html_path is not None and not any(p.startswith("--socialbias-html=") for p in self.unwritten):
-            terminalreporter.write_line(f"HTML report: {shown_path(result.html_path)}")
+        for line, colour in summary_block(result, self.unwritten):
+            terminalreporter.write_line(line, **({colour: True, "bold": True} if colour else {}))
 
 
 def _junit_verdicts(config: pytest.Config, result, unwritten: list[str]) -> None:

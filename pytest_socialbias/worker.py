@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import time
 import traceback
 from dataclasses import replace
@@ -116,6 +117,37 @@ class CaseRunner:
                     setattr(total, key, getattr(total, key) + value)
         problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != GUARD_ERROR})
         return {"cases": len(cases), "usage": usage.to_dict(), "problems": problems}
+
+    def planned_calls(self, cases: list) -> dict[str, int]:
+        """Case key -> the calls the dry run counts for it (every role, repeats included),
+        planned on twins of the run's models that share a pool of their own: nothing of the
+        run's pool (cache, endpoint checks, usage totals) is touched."""
+        from .models.client import CallPool
+        from .protocols.base import GuardRole
+
+        pool = CallPool(dry_run=True)
+
+        def twin(model):
+            if model is None:
+                return None
+            copied = copy.copy(model)
+            copied.settings = pool
+            copied._backend = None
+            return copied
+
+        roles = self.models.roles()
+        guard = roles.guard
+        roles = replace(
+            roles, target=twin(roles.target), judge=twin(roles.judge), user=twin(roles.user),
+            guard=GuardRole(twin(guard.model), guard.kind, guard.policy, guard.unit) if guard is not None else None,
+            extra_judges=[twin(judge) for judge in roles.extra_judges],
+        )
+
+        async def plan():
+            return await asyncio.gather(*(run_case(case, roles) for case in cases))
+
+        records = self.models.run(plan())
+        return {case.key: sum(int(u.get("calls", 0)) for u in record["usage"].values()) for case, record in zip(cases, records)}
 
 
 def _failed_result(kind: str, role, message: str) -> CaseRecord:

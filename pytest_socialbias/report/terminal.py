@@ -388,6 +388,26 @@ def dry_run_lines(plan: dict) -> list[str]:
     return lines
 
 
+def summary_block(result, unwritten: list[str] = ()) -> list[tuple[str, str | None]]:
+    """The summary a run ends with, as (line, colour) pairs (colour: None, "yellow" for a
+    warning, "red" for a failure): warnings, notes, the summary lines, reports written."""
+    from ..aggregate import shown_path
+
+    out: list[tuple[str, str | None]] = [(f"WARNING: {warning}", "yellow") for warning in result.warnings]
+    out += [(f"note: {note}", None) for note in result.notes[:20]]
+    if len(result.notes) > 20:
+        out.append((f"note: ... and {len(result.notes) - 20} more (see --socialbias-report)", None))
+    for line in summary_lines(result):
+        red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
+        out.append((line, "red" if red else None))
+    out += [(f"ERROR: {problem}", "red") for problem in unwritten]
+    if result.report_path is not None and not any(p.startswith("--socialbias-report=") for p in unwritten):
+        out.append((f"JSON report: {result.report_path}", None))
+    if result.html_path is not None and not any(p.startswith("--socialbias-html=") for p in unwritten):
+        out.append((f"HTML report: {shown_path(result.html_path)}", None))
+    return out
+
+
 def junit_properties(result) -> list[tuple[str, str]]:
     """(name, value) pairs for --junitxml: gate verdicts, key metrics, comparison verdicts."""
     props = []
