@@ -183,7 +183,7 @@ OPTIONS: tuple[Option, ...] = (
         "emergence; BenevDial 3)")),
     Option("--socialbias-fairmt-dir", "socialbias_fairmt_dir", "fairmt_dir", metavar="DIR", parse=_folder, help=(
         "folder of the official FairMT-Bench release files (FairMT_1K/, FairMT_10K/) for suites with "
-        "`source: fairmt`")),
+        "`source: fairmt`: a scripted suite runs its conversations, a dymt suite draws its seeds from them")),
     Option("--socialbias-guard", "socialbias_guard", "guard", metavar="SPEC", help=(
         "guard model spec (Llama Guard 3, ShieldGemma, Qwen3Guard, Granite Guardian, WildGuard behind an "
         "OpenAI-compatible endpoint): screens every target reply in DyMT suites (blocked share by turn, bias "

@@ -112,12 +112,14 @@ def test_each_guard_judges_its_own_unit_unless_told(project, server):
     assert units(report) == {"context"}
     assert sorted(len(r.messages) for r in server.requests) == [2] * 3 + [4] * 3  # pairs share their words
     assert "chat_template_kwargs" not in server.requests[0].body  # no criterion for a fixed policy
+    assert not [t for t in report["prompt_templates"] if t.startswith("guard")]  # its policy is the server's
     server.clear()
     result, report = run(project, f"openai:{WILD}@{url}")
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert units(report) == {"exchange"}
     assert len(server.requests) == 6 and all(len(r.messages) == 1 for r in server.requests)
     assert rates(report) == (0.0, 1.0, 0.0)
+    assert "guard_wildguard@1" in report["prompt_templates"]  # the prompt file it was sent
 
 
 def test_the_guard_specs_unit_wins_over_the_run_option(project, server):

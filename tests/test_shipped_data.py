@@ -48,6 +48,8 @@ def test_shipped_suites_load_with_the_documented_sizes():
     scripted = load_suite(DYMT / "scripted.yaml")
     assert (len(scripted.cases), scripted.styles) == (1200, TRACKS)
     assert load_suite(DYMT / "fairmt.yaml").cases == []  # nothing without --socialbias-fairmt-dir
+    paper_seeds = load_suite(DYMT / "dymt_fairmt.yaml")
+    assert (paper_seeds.cases, paper_seeds.turns, paper_seeds.styles) == ([], 5, STYLES)  # the same
     smoke = load_suite(ROOT / "suites" / "smoke.yaml")
     assert len(smoke.cases) == 6
 

@@ -405,13 +405,25 @@ class GuardKind:
         return prompts.load(self.prompt_file).version if self.prompt_file else 1
 
     @property
+    def prompt_id(self) -> str | None:
+        """The id of the prompt file it is sent (``guard_shieldgemma@1``, an override's
+        ``guard_shieldgemma@2+1a2b3c4d5e6f``) for a record's templates; None for a guard
+        whose chat template states its policy on the server."""
+        return prompts.load(self.prompt_file).id if self.prompt_file else None
+
+    def _keyed(self, label: str) -> str:
+        # ``label@version`` (the ids recorded answers were stored under), and, for an
+        # overridden prompt file, its hash as in every prompt's id (prompts.Template.id_as).
+        return prompts.load(self.prompt_file).id_as(label) if self.prompt_file else f"{label}@1"
+
+    @property
     def template_id(self) -> str:
         """The prompt id of single-exchange screening (it enters the cache key)."""
-        return f"guard:{self.name}@{self.version}"
+        return self._keyed(f"guard:{self.name}")
 
     def unit_template_id(self, unit: str) -> str:
         """The prompt id of dialogue screening in ``unit`` (never mixed with the above)."""
-        return f"guard:{self.name}:{unit}@{self.version}"
+        return self._keyed(f"guard:{self.name}:{unit}")
 
 
 #: Every guard kind (registry.py): the plugin's below, and any a project's conftest.py

@@ -36,6 +36,9 @@ _OVERRIDES: dict[str, Path] = {}
 #: that case. It wins over the run's folder.
 SUITE_OVERRIDES: contextvars.ContextVar = contextvars.ContextVar("suite_prompt_overrides", default=None)
 TEMPLATE_KEYS = ("name", "version", "system", "user")
+#: Prompts sent once per run, not per case (models/client.py's endpoint check): only the
+#: run's folder replaces them, never a suite's.
+RUN_WIDE = ("endpoint_check",)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,13 @@ class Template:
 
     @property
     def id(self) -> str:
-        return f"{self.name}@{self.version}" + (f"+{self.sha256[:12]}" if self.sha256 else "")
+        return self.id_as(self.name)
+
+    def id_as(self, label: str) -> str:
+        """``label@version``, with ``+sha12`` when this is an override: the id of calls that
+        are keyed under a label of their own (a guard's ``guard:KIND@version``, older than
+        its prompt file), which must change with an override as ``id`` does."""
+        return f"{label}@{self.version}" + (f"+{self.sha256[:12]}" if self.sha256 else "")
 
     def messages(self, **values) -> list[dict]:
         """Render to chat messages; a missing placeholder is a programming error (KeyError)."""
@@ -169,8 +178,9 @@ def use_overrides(folder: Path | None, option: str = "--socialbias-prompts") -> 
     return overridden()
 
 
-def check_folder(folder: Path, where: str) -> dict[str, Path]:
-    """Name -> file of a folder of overrides, every file checked (ConfigError naming it)."""
+def check_folder(folder: Path, where: str, suite: bool = False) -> dict[str, Path]:
+    """Name -> file of a folder of overrides, every file checked (ConfigError naming it).
+    A ``suite``'s folder (its ``prompts:`` key) cannot hold a ``RUN_WIDE`` prompt."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError(f"{where}={folder}: not a folder; name a folder of NAME.yaml prompt files")
@@ -180,6 +190,10 @@ def check_folder(folder: Path, where: str) -> dict[str, Path]:
     ours = names()
     for path in found:
         _check_override(path, ours)
+        if suite and path.stem in RUN_WIDE:
+            raise ConfigError(f"{path}: {path.stem} is sent once per endpoint for the whole run, before any "
+                              "suite's case, so a suite's prompts: folder cannot replace it; put the file in "
+                              "the folder of --socialbias-prompts instead")
     return {path.stem: path.resolve() for path in found}
 
 

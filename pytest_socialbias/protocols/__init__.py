@@ -96,7 +96,8 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
 
         folder = (source.path.parent / source.data["prompts"]).resolve()
         try:
-            found = tuple(sorted(prompts.check_folder(folder, f"{source.path}:{source.line('prompts')}: prompts").items()))
+            where = f"{source.path}:{source.line('prompts')}: prompts"
+            found = tuple(sorted(prompts.check_folder(folder, where, suite=True).items()))
         except ConfigError as exc:
             raise ConfigError(str(exc)) from None
         suite.cases = [replace(case, prompts=found) for case in suite.cases]

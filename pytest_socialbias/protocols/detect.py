@@ -112,6 +112,7 @@ async def run_detect(case, roles, usage) -> dict:
         if flips:
             calls.append((detector + WITH_DEMOGRAPHICS, classify(judge, True)))
     tasks = [call for _, call in calls]
+    templates = [prompts.load("judge_treatment").id] if judges else []
     if guard is not None:
         from ..judges.guards import guard_kind, screen_dialogue
 
@@ -119,6 +120,8 @@ async def run_detect(case, roles, usage) -> dict:
         # unit the guard is evaluated in by its authors and by BenevDial.
         unit = guard.unit or options["guard_unit"] or guard_kind(guard.kind).default_unit
         tasks.append(screen_dialogue(guard.model, guard.kind, dialogue["turns"], unit, usage))
+        # The prompt file a prompt guard is sent (an override's id names its hash).
+        templates += [t for t in (guard_kind(guard.kind).prompt_id,) if t]
         calls.append(("guard", None))
     errors: list[dict] = []
     detections: dict[str, dict] = {}
@@ -177,7 +180,7 @@ async def run_detect(case, roles, usage) -> dict:
         "user": dialogue["user"],
         "agent": dialogue.get("agent"),
         "dialogue_turns": dialogue["turns"],
-        "templates": [prompts.load("judge_treatment").id] if judges else [],
+        "templates": sorted(templates),
     }
 
 

@@ -16,7 +16,7 @@ import asyncio
 from .. import prompts
 from ..errors import ModelCallError
 from ..judges import judge_binary, judge_scale
-from ..judges.guards import screen_in_unit
+from ..judges.guards import guard_kind, screen_in_unit
 from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STYLES, USER_SIMULATOR_ERROR
 from .user_check import (
@@ -318,8 +318,11 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         names.append("user_simulator")
         if simulator_judge is not None:
             names += ["judge_user_reveals", "judge_user_follows"]
+    templates = [prompts.load(name).id for name in names]
     guard = None
     if roles.guard is not None:
+        # The prompt file a prompt guard is sent (an override's id names its hash).
+        templates += [t for t in (guard_kind(roles.guard.kind).prompt_id,) if t]
         # Per reply: flagged (1), passed (0) or unreadable (None, listed as a guard error,
         # which does not void the case's bias labels).
         verdicts = [item.get("guard") or {} for item in judged]
@@ -335,5 +338,5 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         "errors": errors,
         "role_breaks": sum(record.flagged.values()) if user_turns is None else 0,
         "simulator": record.to_dict() if user_turns is None else None,
-        "templates": sorted(prompts.load(name).id for name in names),
+        "templates": sorted(templates),
     }

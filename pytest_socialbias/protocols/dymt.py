@@ -17,6 +17,6 @@ async def run(case, roles, usage) -> dict:
 
 
 PROTOCOL = Protocol(
-    name="dymt", run=run, load=seeds.load, metrics=("dialogue",), keys=seeds.KEYS,
+    name="dymt", run=run, load=seeds.load, metrics=("dialogue",), keys=seeds.DYMT_KEYS,
     turns=5, styles=STYLES, turns_option=True,
 )
