@@ -149,7 +149,7 @@ def _judges(raw, option: Option, where: Where) -> tuple:
 
 OPTIONS: tuple[Option, ...] = (
     Option("--target", "socialbias_target", "target", metavar="SPEC", help=(
-        "model under test, PROVIDER:MODEL[@BASE_URL][?param=value&...] (e.g. openai:gpt-4o-mini, "
+        "model under test, PROVIDER:MODEL[@BASE_URL[,BASE_URL...]][?param=value&...] (e.g. openai:gpt-4o-mini, "
         "openai:m@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5, local, local:PATH.gguf). With no "
         "model option at all, every role runs on the embedded local model")),
     Option("--judge", "socialbias_judge", "judges", metavar="SPEC", kind="append", parse=_judges, help=(

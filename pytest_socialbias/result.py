@@ -63,7 +63,13 @@ class RunResult:
         totals: dict[str, dict] = {}
         for record in self.records:
             for role, counts in record.get("usage", {}).items():
-                total = totals.setdefault(role, {k: 0 for k in counts})
+                total = totals.setdefault(role, {})
                 for k, v in counts.items():
-                    total[k] += v
+                    if k == "replicas":  # URL -> {"served", "failed"} (models/replicas.py)
+                        for url, numbers in v.items():
+                            held = total.setdefault(k, {}).setdefault(url, {"served": 0, "failed": 0})
+                            for name, n in numbers.items():
+                                held[name] = held.get(name, 0) + n
+                    else:
+                        total[k] = total.get(k, 0) + v
         return dict(sorted(totals.items()))

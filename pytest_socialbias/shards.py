@@ -156,7 +156,7 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
     """What a shard's partial file holds: its records and what combine checks them by."""
     records = sorted(records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
     calls = sum(int(u.get("calls", 0)) for r in records for u in (r.get("usage") or {}).values())
-    cached = sum(int(u.get("cached", 0)) for r in records for u in (r.get("usage") or {}).values())
+    cached = sum(int(u.get("hits", 0)) for r in records for u in (r.get("usage") or {}).values())
     return {
         "format": PARTIAL_FORMAT,
         "version": PARTIAL_VERSION,

@@ -114,7 +114,8 @@ class CaseRunner:
             for role, counts in record["usage"].items():
                 total = usage.roles.setdefault(role, RoleUsage())
                 for key, value in counts.items():
-                    setattr(total, key, getattr(total, key) + value)
+                    if key != "replicas":  # a dry run is served by no replica
+                        setattr(total, key, getattr(total, key) + value)
         problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != GUARD_ERROR})
         return {"cases": len(cases), "usage": usage.to_dict(), "problems": problems}
 

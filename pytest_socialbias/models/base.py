@@ -44,6 +44,10 @@ class ChatResponse:
     #: replayed from the cache rather than asked in this run.
     cache_key: str | None = field(default=None, compare=False)
     replayed: bool = field(default=False, compare=False)
+    #: Of a spec with several replicas (models/replicas.py): the URL that answered, and
+    #: those that failed before it. Not part of the answer: never stored.
+    served_by: str | None = field(default=None, compare=False)
+    replica_faults: tuple = field(default=(), compare=False)
 
     #: Fields every stored response has (``reasoning*`` came later, so older cache entries
     #: lack them; they read as None).
@@ -111,9 +115,11 @@ class RoleUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0  # of the completion tokens, those spent reasoning
+    #: Of a spec with several replicas: URL -> {"served": n, "failed": n}.
+    replicas: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "calls": self.calls,
             "hits": self.hits,
             "misses": self.misses,
@@ -121,6 +127,9 @@ class RoleUsage:
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.replicas:
+            out["replicas"] = {url: dict(counts) for url, counts in sorted(self.replicas.items())}
+        return out
 
 
 @dataclass
@@ -140,6 +149,10 @@ class UsageCounter:
             usage.prompt_tokens += response.prompt_tokens or 0
             usage.completion_tokens += response.completion_tokens or 0
             usage.reasoning_tokens += response.reasoning_tokens or 0
+            if response.served_by is not None:
+                usage.replicas.setdefault(response.served_by, {"served": 0, "failed": 0})["served"] += 1
+            for url in response.replica_faults:
+                usage.replicas.setdefault(url, {"served": 0, "failed": 0})["failed"] += 1
 
     def to_dict(self) -> dict:
         return {role: usage.to_dict() for role, usage in sorted(self.roles.items())}

@@ -223,6 +223,14 @@ def build_backend(
 ):
     provider = provider_of(spec)
     key = provider.api_key(spec, option, key_required)
+    if spec.replicas:
+        from .replicas import ReplicaBackend
+
+        return ReplicaBackend(spec.replicas, [
+            provider.build(BackendContext(dataclasses.replace(spec, base_url=url, replicas=()), key, option,
+                                          local_threads, http_clients, gpus))
+            for url in spec.replicas
+        ])
     return provider.build(BackendContext(spec, key, option, local_threads, http_clients, gpus))
 
 

@@ -66,7 +66,7 @@ _SPEC_RE = re.compile(
 )
 
 SPEC_HELP = (
-    "expected PROVIDER:MODEL[@BASE_URL][?param=value&...], e.g. openai:gpt-4o-mini, "
+    "expected PROVIDER:MODEL[@BASE_URL[,BASE_URL...]][?param=value&...], e.g. openai:gpt-4o-mini, "
     "openai:my-model@http://127.0.0.1:8000/v1, anthropic:claude-sonnet-4-5?temperature=0, "
     "local or local:PATH.gguf"
 )
@@ -88,6 +88,9 @@ class ModelSpec:
     #: settings (hf:): every parameter that is not a decoding or transport parameter;
     #: never sent in a request.
     runtime: dict = field(default_factory=dict)
+    #: Several base URLs of one model (``@URL1,URL2``), in the order given: the calls are
+    #: spread over them (models/replicas.py); ``base_url`` is then all of them, sorted.
+    replicas: tuple = ()
 
     def __str__(self) -> str:
         return self.raw or f"{self.provider}:{self.model}"
@@ -199,6 +202,15 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
             f"{provider}:{model.split('@')[0]}@http://{model.split('@', 1)[1]}"
         )
     base_url = match["base_url"].rstrip("/") if match["base_url"] else None
+    replicas: tuple = ()
+    if base_url and re.search(r",\s*https?://", base_url):
+        replicas = tuple(url.strip().rstrip("/") for url in re.split(r",\s*(?=https?://)", base_url))
+        if len(set(replicas)) < len(replicas):
+            raise ConfigError(f"{option}={raw}: a replica URL is listed twice; list each replica once")
+        if any("," in url for url in replicas):
+            raise ConfigError(f"{option}={raw}: replicas are separated by commas, each with its scheme: "
+                              "@http://host-a:8000/v1,http://host-b:8000/v1")
+        base_url = ",".join(sorted(replicas))
     if base_url and not entry.can(providers.TAKES_URL):
         hint = f"; {entry.url_hint.format(url=base_url)}" if entry.url_hint else ""
         raise ConfigError(f"{option}={raw}: a {provider} model has no URL{hint}")
@@ -249,4 +261,5 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     if params.get("seed") is not None and not entry.can(providers.SEED):
         raise ConfigError(f"{option}={raw}: {provider} takes no sampling seed; remove seed= (its answers vary "
                           "from call to call; the record/replay cache is what makes a run repeatable)")
-    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain, guard, runtime)
+    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain, guard, runtime,
+                     replicas)

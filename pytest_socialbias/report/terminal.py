@@ -147,6 +147,14 @@ def summary_lines(result) -> list[str]:
             ],
         )
         lines.append("(tokens are those of live calls; replayed calls cost none)")
+        for role, u in usage.items():
+            if u.get("replicas"):
+                served = "; ".join(
+                    f"{url}: {n['served']} served" + (f", {n['failed']} failed (taken out for a while each time)"
+                                                      if n["failed"] else "")
+                    for url, n in u["replicas"].items()
+                )
+                lines.append(f"replicas of the {role}: {served}")
     if result.comparison is not None:
         lines += comparison_lines(result.comparison)
     if result.judge_check is not None:
