@@ -60,7 +60,7 @@ def _cache_configure(parser: argparse.ArgumentParser) -> None:
         "merge",
         help="merge the caches of a sharded run into one, for a replay of the whole run",
         description="Merge record/replay cache folders into a new one. Every key is kept once; where two caches "
-        "answered one request differently, the readable answer is kept, then the one recorded first, then the one "
+        "answered one request differently, the readable answer is kept, then the one recorded last, then the one "
         "of the folder named first, and each conflict is printed. The inputs are only read.",
     )
     merge.add_argument("inputs", nargs="+", type=Path, metavar="DIR", help="cache folders to merge")

@@ -291,8 +291,9 @@ class Merge:
 def merge_caches(inputs: list[Path], output: Path) -> Merge:
     """Merge record/replay caches (the shards of a run each recorded their own) into a new
     cache at ``output``. Every key is kept once; where two caches hold different answers
-    to one request, the readable one is kept, then the one recorded first, then the one of
-    the cache named first, and the conflict is reported. What the runs learnt about
+    to one request, the readable one is kept, then the one recorded last (a shard that
+    asked again what was too old, --socialbias-record=older:AGE, holds the new answer),
+    then the one of the cache named first, and the conflict is reported. What the runs learnt about
     endpoints is merged as a run's workers merge it (models/adapt.merge). The inputs are
     only read; ``output`` must not hold a cache yet."""
     from .cache import CallCache, canonical_json
@@ -322,7 +323,7 @@ def merge_caches(inputs: list[Path], output: Path) -> Merge:
             result.taken[str(directory)] = 0
             for values in db.execute(f"SELECT {', '.join(wanted)} FROM calls"):
                 row = dict(zip(wanted, values))
-                rank = (int(row.get("unreadable") or 0), float(row["created"]), order)
+                rank = (int(row.get("unreadable") or 0), -float(row["created"]), order)
                 key = row["key"]
                 held = best.get(key)
                 if held is not None and canonical_json(json.loads(held[1]["response"])) != canonical_json(

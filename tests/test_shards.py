@@ -219,7 +219,7 @@ def test_cache_merge_keeps_one_answer_per_key_and_reports_conflicts(tmp_path, ca
                  "-o", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out
     assert "1 conflict(s)" in out and "4 entries" in out
-    assert f"kept the answer of {tmp_path / 'a'}" in out  # recorded first
+    assert f"kept the answer of {tmp_path / 'c'}" in out  # recorded last
     merged = CallCache(tmp_path / "m", "none")
     assert merged.get(shared)["text"] == "first" and merged.get(cache_key(request("b")))["text"] == "b"
     merged.close()
