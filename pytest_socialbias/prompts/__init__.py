@@ -12,11 +12,15 @@ researcher can run with a paper's own prompt text (which we do not ship). An ove
 id carries the sha256 of its file (``judge_treatment@3+1a2b3c4d5e6f``), so it enters the
 cache key and the report; named snippets it leaves out are ours. Each file is checked
 when the run starts: a name we have no prompt of, a file that is not a template, or a
-placeholder we never fill is a usage error naming the file.
+placeholder we never fill is a usage error naming the file. The placeholders an override
+may use are those of our text, plus any our file lists under ``override_placeholders``
+(values the code fills that our own wording does not need). ``generate-benevdial --prompts
+DIR`` reads the same folders (``overriding``, for the length of one command).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import string
@@ -169,6 +173,20 @@ def use_overrides(folder: Path | None, option: str = "--socialbias-prompts") -> 
     return overridden()
 
 
+@contextlib.contextmanager
+def overriding(folder: Path | None, option: str):
+    """``use_overrides(folder, option)`` for the length of a ``with`` block (yields the ids in
+    use), then the overrides that were in use before it, for a command run in-process."""
+    before = dict(_OVERRIDES)
+    try:
+        yield use_overrides(folder, option)
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(before)
+        _load.cache_clear()
+        _load_file.cache_clear()
+
+
 def check_folder(folder: Path, where: str) -> dict[str, Path]:
     """Name -> file of a folder of overrides, every file checked (ConfigError naming it)."""
     folder = Path(folder)
@@ -198,7 +216,7 @@ def _check_override(path: Path, ours: tuple) -> None:
     if data.get("name") != name:
         raise ConfigError(f"{path}: name: {data.get('name')!r} differs from the file name; write name: {name}")
     mine = _ours(name)
-    known = placeholders(mine.system) | placeholders(mine.user)
+    known = placeholders(mine.system) | placeholders(mine.user) | set(mine.extras.get("override_placeholders", ()))
     try:
         used = placeholders(str(data.get("system") or "")) | placeholders(data["user"])
     except (ValueError, KeyError) as exc:
