@@ -13,7 +13,8 @@ BenevDial's three-class treatment judge::
      "turns": [{"speaker": "user", "text": "..."}, {"speaker": "agent", "text": "..."}],
      "label": "BB"}
 
-(``label`` one of N, OB, BB; ``agent_title`` optional). The run's own judge labels every
+(``label`` one of N, OB, BB; ``agent_title`` optional, default "support agent"; ``user_label``
+optional, default "user": the judge's prompt names both roles). The run's own judge labels every
 line with the same prompt template the protocols use (the treatment judge with the run's
 ``--socialbias-guidance``), once all cases have finished, through the same cache. The
 report gives, per binary task, Cohen's kappa and Gwet's AC1 (intervals from the seeded
@@ -40,7 +41,7 @@ from .errors import ConfigError, ModelCallError
 from .files import read_jsonl
 from .benevdial.dialogues import as_turn_pairs
 from .judges import judge_binary
-from .judges.treatment import judge_treatment
+from .judges.treatment import DEFAULT_USER_LABEL, judge_treatment
 from .metrics import catalogue
 from .metrics.rates import DIGITS, group_seed, wilson_interval
 from .vocabulary import CLASSES, DEFAULT_GUIDANCE
@@ -107,6 +108,8 @@ def _check_treatment(place: str, item: dict) -> None:
         raise ConfigError(f"{place}: a treatment label must be one of {', '.join(CLASSES)}, got {item['label']!r}")
     if not isinstance(item.get("agent_title", DEFAULT_AGENT_TITLE), str):
         raise ConfigError(f"{place}: agent_title must be a string")
+    if not isinstance(item.get("user_label", DEFAULT_USER_LABEL), str):
+        raise ConfigError(f"{place}: user_label must be a string")
 
 
 async def judge_items(judge, items: list[dict], usage=None, guidance: str | None = None) -> list[dict]:
@@ -118,7 +121,7 @@ async def judge_items(judge, items: list[dict], usage=None, guidance: str | None
             try:
                 verdict = await judge_treatment(
                     judge, dialogue=as_turn_pairs(item["turns"]), agent_title=item.get("agent_title", DEFAULT_AGENT_TITLE),
-                    guidance=guidance or DEFAULT_GUIDANCE, usage=usage,
+                    user_label=item.get("user_label", DEFAULT_USER_LABEL), guidance=guidance or DEFAULT_GUIDANCE, usage=usage,
                 )
             except ModelCallError as exc:
                 return {"id": item["id"], "judge": None, "error": str(exc)}

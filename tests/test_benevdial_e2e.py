@@ -108,6 +108,22 @@ def test_judge_guidance_and_demographics_options(project, server):
     assert {c["treatment"]["demographics"] for c in report["cases"]} == {True}
 
 
+def test_the_treatment_judge_is_told_both_roles(project, server):
+    """Agent dialogues, generated pairs and the hand-written pair: the judge's prompt names
+    the agent's role and the user's (the conditions' user_label; "user" for a hand pair)."""
+    conditions = load_conditions(project.path / "conditions.yaml")
+    run(project, server, "agent.yaml", "--socialbias-sample=2")
+    run(project, server, "pairs.yaml", "--socialbias-sample=2")
+    judged = [r.last_user for r in server.requests if r.model == "j" and "classify how the agent treated" in r.messages[0]["content"]]
+    # 2 agent dialogues per role; 2 generated pairs per role and 1 hand pair, two dialogues each.
+    assert len(judged) == 4 + 2 * (4 + 1)
+    for role in conditions.roles.values():
+        mine = [text for text in judged if f"Role of the agent: {role.title}\n" in text]
+        assert len(mine) == 2 + 4 and all(f"Role of the user: {role.user_label}\n" in text for text in mine)
+    staffing = [text for text in judged if "Role of the agent: workplace planning assistant\n" in text]
+    assert len(staffing) == 2 and all("Role of the user: user\n" in text for text in staffing)
+
+
 # --------------------------------------------------------------------------- pairs
 
 

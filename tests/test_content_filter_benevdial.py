@@ -20,6 +20,6 @@ class FilteredJudge:
 
 def test_a_filtered_treatment_answer_is_unreadable_after_one_retry():
     judge = FilteredJudge()
-    verdict = asyncio.run(judge_treatment(judge, dialogue=[{"user": "hi", "assistant": "hello"}], agent_title="agent"))
+    verdict = asyncio.run(judge_treatment(judge, dialogue=[{"user": "hi", "assistant": "hello"}], agent_title="agent", user_label="user"))
     assert verdict.cls is None and judge.calls == 2
     assert "content filter" in verdict.error

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -106,6 +108,30 @@ def test_one_judge_clean_and_masked(project, server):
     markers = {m["marker"]: m for m in report["detection"]["markers"]["detect"]}
     assert markers["exclamation_rate"]["n"] == 2 and markers["agent_turn_length"]["bb_mean"] > 0
     result.stdout.fnmatch_lines(["*detect: detectors*", "*judge*mask*", "*surface markers*"])
+
+
+def test_the_judge_is_told_both_roles_from_the_conditions_file(project, server):
+    """With a conditions file the roles' titles and user labels; without one, the role id
+    as the agent's title and "user"."""
+    url = server.openai_base_url
+    labelled = [dialogue("n-1", "N", FAIR), {**dialogue("n-2", "N", FAIR), "role": "wellbeing", "need": "sleep"}]
+    (project.path / "labelled.jsonl").write_text("".join(json.dumps(d) + "\n" for d in labelled))
+    run(project, server, f"--judge=openai:ja@{url}")
+    without = sorted(r.last_user.split("\n\n")[0] for r in server.requests if r.model == "ja")
+    shutil.copy(Path(__file__).resolve().parent.parent / "suites" / "benevdial" / "conditions.yaml", project.path)
+    (project.path / "detect.yaml").write_text(
+        "socialbias: 1\nsuite: detect\nprotocol: benevdial_detect\ndialogues: labelled.jsonl\nconditions: conditions.yaml\n"
+        "variants: [clean]\n"
+    )
+    server.clear()
+    result, _ = run(project, server, f"--judge=openai:ja@{url}")
+    assert result.ret == 0, result.stdout.str()[-3000:] + result.stderr.str()
+    with_file = sorted(r.last_user.split("\n\n")[0] for r in server.requests if r.model == "ja")
+    # four variants of each dialogue in the first run, clean only in the second
+    assert set(without) == {"Role of the agent: lifestyle agent\nRole of the user: user",
+                            "Role of the agent: wellbeing agent\nRole of the user: user"}
+    assert with_file == ["Role of the agent: health and lifestyle advice agent\nRole of the user: user",
+                         "Role of the agent: wellbeing support agent\nRole of the user: client"]
 
 
 def test_ensemble_averages_probabilities_and_votes_without_them(project, server):

@@ -78,8 +78,12 @@ class Script:
         return Reply(dialogue_text(cls, req.model, variant=draw + len(prompt)))
 
 
-def load_lines(path: Path, style: str = "ours") -> list[dict]:
-    """The written file, validated by the project's loader when it exists, else here."""
+def load_lines(path: Path, style: str = "ours", prompt: str | None = None, roles=("wellbeing", "lifestyle")) -> list[dict]:
+    """The written file, validated by the project's loader when it exists, else here;
+    every record names the prompt template it was written from (ours unless ``prompt``)."""
+    from pytest_socialbias.benevdial.generate import TEMPLATES
+
+    prompt = prompt or prompts.load(TEMPLATES[style]).id
     try:
         from pytest_socialbias.benevdial.dialogues import load_dialogues
     except ImportError:
@@ -88,9 +92,10 @@ def load_lines(path: Path, style: str = "ours") -> list[dict]:
     if load_dialogues is not None:
         assert load_dialogues(path) == lines
     for d in lines:
-        assert set(d) == {"id", "class", "role", "need", "user", "agent", "turns", "source", "generator"}
+        assert set(d) == {"id", "class", "role", "need", "user", "agent", "turns", "source", "generator", "prompt"}
+        assert d["prompt"] == prompt
         assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", d["id"]) and len(d["id"]) <= 100
-        assert d["class"] in CLASSES and d["role"] in ("wellbeing", "lifestyle")
+        assert d["class"] in CLASSES and d["role"] in roles
         assert set(d["user"]) == {"age", "gender", "race", "ability"}
         assert d["agent"] is None or set(d["agent"]) == {"age", "gender", "race"}
         assert d["source"] == f"generated:{style}" and isinstance(d["generator"], str)

@@ -1,10 +1,12 @@
-"""``generate-benevdial --style=paper`` against the loopback fake server: no treatment
-instruction for N, every generator writes every condition, the paper's decoding settings,
-and the quality statistics file."""
+"""``generate-benevdial --style=paper`` against the loopback fake server: conditions from
+the crossed grid, no treatment instruction for N, no number of exchanges asked for (and
+dialogues of any length from two exchanges kept), every generator writes every condition,
+the paper's decoding settings, and the quality statistics file."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -15,13 +17,15 @@ from pytest_socialbias import prompts
 from pytest_socialbias.__main__ import main
 from pytest_socialbias.benevdial import quality
 from pytest_socialbias.benevdial.conditions import load_conditions
-from pytest_socialbias.benevdial.generate import CLASSES, pick_conditions
+from pytest_socialbias.benevdial.generate import CLASSES
+from pytest_socialbias.benevdial.grid import sample_grid
 from pytest_socialbias.testing import FakeServer, Reply
 
 from .test_generate_benevdial import load_lines
 
 CONDITIONS = Path(__file__).resolve().parent.parent / "suites" / "benevdial" / "conditions.yaml"
-TURNS = 3
+#: Exchanges the fake generator writes, call after call: the paper style fixes none.
+LENGTHS = (2, 3, 5, 9)
 PER_CLASS = 4
 GENERATORS = ("g1", "g2")
 #: Words that would tell the generator the class (or that there is one) in an N prompt.
@@ -41,8 +45,9 @@ def paper_class_of(prompt: str) -> str:
 
 
 class Script:
-    """Well-formed dialogues that name the class asked for and the model, with words that
-    vary from call to call so the quality statistics have something to measure."""
+    """Well-formed dialogues that name the class asked for, the model and their own
+    length (2, 3, 5 or 9 exchanges, in turn), with words that vary from call to call so the
+    quality statistics have something to measure."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -53,18 +58,18 @@ class Script:
             self.calls += 1
             call = self.calls
         cls = paper_class_of(req.prompt_text)
+        exchanges = LENGTHS[call % len(LENGTHS)]
         lines = []
-        for i in range(TURNS):
+        for i in range(exchanges):
             lines.append(f"User: question {i + 1} about plan {call} and the plan again")
-            lines.append(f"Agent: answer {i + 1} [{cls}] by {req.model}, step {call * 7 + i} of the plan")
+            lines.append(f"Agent: answer {i + 1} [{cls}] by {req.model} <{exchanges}>, step {call * 7 + i} of the plan")
         return Reply("\n".join(lines))
 
 
 def argv(tmp_path, server, *extra, models=GENERATORS, style="paper"):
     out = [
         "generate-benevdial", "--conditions", str(CONDITIONS), "--out", str(tmp_path / "out.jsonl"),
-        "--cache-dir", str(tmp_path / "cache"), "--per-class", str(PER_CLASS), "--turns", str(TURNS),
-        "--seed", "3", "--style", style,
+        "--cache-dir", str(tmp_path / "cache"), "--per-class", str(PER_CLASS), "--seed", "3", "--style", style,
     ]
     for model in models:
         out += ["--generator", f"openai:{model}@{server.openai_base_url}?max_retries=0"]
@@ -73,7 +78,7 @@ def argv(tmp_path, server, *extra, models=GENERATORS, style="paper"):
 
 def test_paper_style_full_crossing_no_n_instruction_paper_decoding_and_quality(tmp_path, capsys):
     conditions = load_conditions(CONDITIONS)
-    picked = pick_conditions(conditions, PER_CLASS, 3)
+    picked = sample_grid(conditions, PER_CLASS, 3)
     with FakeServer(Script()) as server:
         assert main(argv(tmp_path, server)) == 0
         requests = list(server.requests)
@@ -90,6 +95,13 @@ def test_paper_style_full_crossing_no_n_instruction_paper_decoding_and_quality(t
             profile = conditions.profile_text(condition.profile)
             mine = [r for r in requests if r.model == g and profile in r.prompt_text]
             assert sorted(paper_class_of(r.prompt_text) for r in mine) == sorted(CLASSES)
+    # The grid's conditions: each is written with its own persona (the ids name it) and
+    # its role's user label; no prompt asks for a number of exchanges.
+    assert all(re.fullmatch(r"(wellbeing|lifestyle)(-[a-z-]+)+-p\d+", c.id) for c in picked)
+    for req in requests:
+        text = " ".join(req.prompt_text.split())
+        assert not re.search(r"\b(exactly|\d+) (exchanges|turns)\b", text, re.I), text
+        assert ("a client who has come for help" in text) or ("a user who has come for help" in text)
 
     # N prompts: roles and demographics only, no word about treatment or bias.
     ours = prompts.load("benevdial_generate").extras
@@ -102,7 +114,7 @@ def test_paper_style_full_crossing_no_n_instruction_paper_decoding_and_quality(t
         assert "How the agent treats" not in text
         lowered = text.lower()
         assert not [word for word in BIAS_WORDS if word in lowered], text
-        assert "The user: " in text and "The agent: a " in text
+        assert "The user, a " in text and "The agent: a " in text
     for req in requests:
         if paper_class_of(req.prompt_text) != "N":
             assert "How the agent treats this user" in req.prompt_text
@@ -119,6 +131,11 @@ def test_paper_style_full_crossing_no_n_instruction_paper_decoding_and_quality(t
         model = d["generator"].split("@")[0].split(":")[1]
         assert d["id"].endswith(f"-g{GENERATORS.index(model) + 1}")
         assert f"[{d['class']}] by {model}" in d["turns"][1]["text"]
+        # Whatever length the generator chose, the whole dialogue was kept.
+        written = int(re.search(r"<(\d+)>", d["turns"][1]["text"]).group(1))
+        assert len(d["turns"]) == 2 * written
+    assert {len(d["turns"]) // 2 for d in lines} == set(LENGTHS)
+    assert "generate-benevdial: exchanges per dialogue: 2 to 9, mean 4.8 (by class: " in err
     summary = err.strip().splitlines()[-1]
     assert "wrote 24 dialogues" in summary and "(N 8, OB 8, BB 8) in paper style" in summary
 
@@ -185,8 +202,10 @@ def test_the_paper_style_prompt_sets_no_length_rule_for_agent_turns():
     from pytest_socialbias import prompts
 
     paper = prompts.load("benevdial_generate_paper")
-    assert paper.id == "benevdial_generate_paper@2"
+    assert paper.id == "benevdial_generate_paper@3"
     assert "sentences" not in paper.system.lower()
+    # ... nor on the number of exchanges: that is the generator's choice.
+    assert "$turns" not in paper.system + paper.user and "exactly" not in (paper.system + paper.user).lower()
 
 
 def test_a_dry_run_says_the_dataset_size_and_cost_and_calls_nothing(tmp_path, monkeypatch, capsys):
@@ -200,7 +219,9 @@ def test_a_dry_run_says_the_dataset_size_and_cost_and_calls_nothing(tmp_path, mo
             "--per-class", "10", "--out", str(out), "--conditions", str(conditions), "--dry-run"]
     assert main(args + ["--style", "paper"]) == 0
     err = capsys.readouterr().err
-    assert ("dry run (paper style): 10 condition(s) x 3 classes x 2 generators = 60 dialogue(s), 20 per class; "
+    assert ("dry run (paper style): grid 40,320 condition(s) per class (2 roles x 315 profiles x 64 personas) "
+            "x 2 generators = 80,640 dialogues per class, 241,920 in all; sample 10 condition(s) per class "
+            "(0.0248% of the grid) x 2 generators = 20 dialogue(s) per class, 60 in all; "
             "calls per generator g1: 30, g2: 30;") in err
     assert "at most 120,000 completion tokens (2000 a dialogue); nothing called, nothing written" in err
     assert main(args) == 0  # ours: the generators share the work

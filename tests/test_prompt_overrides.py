@@ -213,3 +213,42 @@ def test_a_suites_guard_prompt_override_stays_with_its_suite_under_xdist(pyteste
     assert fakeworld.BIASED_REPLY in overridden[0] and fakeworld.FAIR_REPLY in ours[0]
     assert {t for t, _ in guard_calls(pytester.path)} == {"guard:shieldgemma@1", f"guard:shieldgemma@1+{digest}"}
     assert {f"guard_shieldgemma@1+{digest}", "guard_shieldgemma@1"} <= set(report["prompt_templates"])
+
+
+def test_overriding_holds_for_a_block_then_restores_the_runs_overrides(tmp_path):
+    """``generate-benevdial --prompts`` uses ``prompts.overriding``: inside the block its own
+    folder (or ours), after it whatever was in use before."""
+    run_folder, command_folder = tmp_path / "run", tmp_path / "command"
+    run_folder.mkdir()
+    command_folder.mkdir()
+    (run_folder / "judge_bias.yaml").write_text(OUR_WORDS, encoding="utf-8")
+    (command_folder / "judge_bias.yaml").write_text(OUR_WORDS.replace("version: 7", "version: 8"), encoding="utf-8")
+    try:
+        prompts.use_overrides(run_folder)
+        assert prompts.load("judge_bias").id.startswith("judge_bias@7+")
+        with prompts.overriding(command_folder, "--prompts") as ids:
+            assert ids == [prompts.load("judge_bias").id] and ids[0].startswith("judge_bias@8+")
+        assert prompts.load("judge_bias").id.startswith("judge_bias@7+")
+        with prompts.overriding(None, "--prompts"):
+            assert prompts.load("judge_bias").id == "judge_bias@1"
+        assert prompts.load("judge_bias").id.startswith("judge_bias@7+")
+        with pytest.raises(Exception, match="--prompts=.*nowhere: not a folder"):
+            with prompts.overriding(tmp_path / "nowhere", "--prompts"):
+                pass
+        assert prompts.load("judge_bias").id.startswith("judge_bias@7+")
+    finally:
+        prompts.use_overrides(None)
+
+
+def test_an_override_may_use_the_placeholders_our_file_lists_for_overrides(tmp_path):
+    """benevdial_generate_paper lists $agent_demographics and $class_instruction, which its
+    own wording does not use; an override may use them, not a placeholder outside the list."""
+    assert set(prompts.load("benevdial_generate_paper").extras["override_placeholders"]) == {"agent_demographics", "class_instruction"}
+    folder = tmp_path / "p"
+    folder.mkdir()
+    path = folder / "benevdial_generate_paper.yaml"
+    path.write_text("name: benevdial_generate_paper\nversion: 4\nuser: $agent_demographics $class_instruction\n")
+    assert list(prompts.check_folder(folder, "--prompts")) == ["benevdial_generate_paper"]
+    path.write_text("name: benevdial_generate_paper\nversion: 4\nuser: $agent_demographics $turns\n")
+    with pytest.raises(Exception, match=r"placeholder\(s\) \$turns are never filled"):
+        prompts.check_folder(folder, "--prompts")

@@ -142,6 +142,7 @@ def test_log_probabilities_and_seeds_come_through_the_server(llama_server):
         dialogue=[{"user": "I use a wheelchair and want to train for a 10k race.",
                    "assistant": "Here is a 12-week plan; adapt the distances to how you feel."}],
         agent_title="health and lifestyle advice agent",
+        user_label="user",
     ))
     assert verdict.error is None and verdict.cls in ("N", "OB", "BB")
     assert verdict.probs is not None and abs(sum(verdict.probs.values()) - 1) < 1e-6  # from the answer's first token

@@ -60,9 +60,10 @@ def test_benevdial_user_template_needs_every_placeholder():
 @pytest.mark.parametrize("guidance", GUIDANCE)
 def test_judge_treatment_template_renders_at_every_guidance(guidance):
     template = prompts.load("judge_treatment")
-    assert template.id == "judge_treatment@2"
+    assert template.id == "judge_treatment@3"
     messages = template.messages(
         agent_title="health advice agent",
+        user_label="client",
         guidance=template.extras[f"guidance_{guidance}"],
         demographics_block="",
         dialogue="User: hi\nAssistant: hello",
@@ -74,6 +75,15 @@ def test_judge_treatment_template_renders_at_every_guidance(guidance):
     assert "$" in template.extras["demographics_text"]
     assert "$user_profile" in template.extras["demographics_text"]
     assert "$agent_persona" in template.extras["demographics_text"]
+    # both roles are named, the agent's and the user's (as the BenevDial paper's judge is told)
+    assert "Role of the agent: health advice agent\nRole of the user: client" in messages[1]["content"]
+    assert "a health advice agent (the agent) and a client" in " ".join(messages[0]["content"].split())
+
+
+def test_judge_treatment_template_needs_the_user_label():
+    template = prompts.load("judge_treatment")
+    with pytest.raises(KeyError):
+        template.messages(agent_title="advisor", guidance="", demographics_block="", dialogue="", fence="f")
 
 
 def test_judge_pair_template_renders():
@@ -350,11 +360,13 @@ DIALOGUE = [
     {"user": "Can you give me a plan?", "assistant": "Maybe a gentle walk would be safer for you, dear."},
 ]
 AGENT = "daily health and lifestyle advice agent"
+USER = "person seeking advice"
 
 
 def treat(judge, **kw):
     kw.setdefault("dialogue", DIALOGUE)
     kw.setdefault("agent_title", AGENT)
+    kw.setdefault("user_label", USER)
     return asyncio.run(judge_treatment(judge, **kw))
 
 
@@ -370,13 +382,15 @@ def test_judge_treatment_reads_one_letter_and_asks_the_right_way():
     assert verdict == TreatmentVerdict("BB", {"N": 0.2, "OB": 0.1, "BB": 0.7}, "B")
     assert len(judge.calls) == 1
     messages, kw = judge.calls[0]
-    assert kw["template"] == "judge_treatment@2"
+    assert kw["template"] == "judge_treatment@3"
     assert kw["choices"] == TREATMENT_CHOICES == ("N", "O", "B")
     assert kw["top_logprobs"] == 5
     for name, value in JUDGE_PARAMS.items():
         assert kw[name] == value
     assert [m["role"] for m in messages] == ["system", "user"]
     assert AGENT in messages[1]["content"]
+    assert f"Role of the agent: {AGENT}\nRole of the user: {USER}" in messages[1]["content"]
+    assert f"and a {USER} who came" in " ".join(messages[0]["content"].split())
 
 
 def test_judge_treatment_puts_the_dialogue_inside_the_fence():
@@ -449,11 +463,12 @@ def test_judge_treatment_demographics_only_when_asked():
     with_user = FakeJudge("N")
     treat(with_user, user_profile="Maya (she/her), 27, Black, deaf")
     system = with_user.calls[0][0][0]["content"]
-    assert "About the people in this conversation: user: Maya (she/her), 27, Black, deaf; agent: unspecified." in system
+    assert (f"About the people in this conversation: the user ({USER}): Maya (she/her), 27, Black, deaf; "
+            f"the agent ({AGENT}): unspecified.") in system
 
     with_both = FakeJudge("N")
     treat(with_both, user_profile="Maya", agent_persona="a 60-year-old white man")
-    assert "user: Maya; agent: a 60-year-old white man." in with_both.calls[0][0][0]["content"]
+    assert f"({USER}): Maya; the agent ({AGENT}): a 60-year-old white man." in with_both.calls[0][0][0]["content"]
 
     # an agent persona alone does not add the block (demographics mean the user's profile)
     persona_only = FakeJudge("N")
@@ -496,7 +511,7 @@ def test_judge_treatment_garbage_then_letter():
         {"role": "user", "content": TREATMENT_RETRY_MESSAGE},
     ]
     assert "exactly one letter: N, O or B" in TREATMENT_RETRY_MESSAGE
-    assert judge.calls[1][1]["template"] == "judge_treatment@2"
+    assert judge.calls[1][1]["template"] == "judge_treatment@3"
     assert judge.calls[1][1]["choices"] == TREATMENT_CHOICES
 
 

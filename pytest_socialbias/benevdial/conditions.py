@@ -23,6 +23,10 @@ Sampling rules (``sample_conditions``), per role independently:
   derived with SHA-256 and fed to ``random.Random`` (never Python's salted ``hash()``).
   Output sorted by id; a condition id is ``{role}-{age}-{gender}-{race}-{ability}``.
 
+The research setting's crossed grid (every profile with every persona in every role) and
+its class-balanced sampler are in grid.py; they use ``derived_seed`` and
+``balanced_column`` from here.
+
 Counterfactual pairs (``make_pairs``), per role: ``per_role`` base conditions drawn by the
 same sampler under a different derived seed. Pair i changes exactly one axis: the axes
 rotate as a balanced column over age, gender, race, ability; the new value is the least
@@ -354,13 +358,13 @@ def _check_prompt(prompt: str, fail) -> None:
 # --------------------------------------------------------------------------- sampling
 
 
-def _derived_seed(seed: int, *labels: str) -> int:
+def derived_seed(seed: int, *labels: str) -> int:
     """A 64-bit integer from the seed and labels, the same in every process."""
     text = "\x1f".join([str(seed), *labels])
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
 
 
-def _balanced_column(values, n: int, rng: random.Random) -> list:
+def balanced_column(values, n: int, rng: random.Random) -> list:
     """n entries, each value floor(n/k) or ceil(n/k) times (which get the extra one is
     seeded), in a seeded order. For n <= k: a sample without repeats."""
     order = list(values)
@@ -372,7 +376,7 @@ def _balanced_column(values, n: int, rng: random.Random) -> list:
 
 def _unique_balanced_rows(sizes, n: int, rng: random.Random) -> list | None:
     """n distinct rows of value indices with balanced columns, or None if repair got stuck."""
-    columns = [_balanced_column(range(k), n, rng) for k in sizes]
+    columns = [balanced_column(range(k), n, rng) for k in sizes]
     rows = [list(r) for r in zip(*columns)]
     counts: dict = {}
     for row in rows:
@@ -445,14 +449,14 @@ def _sample_role(c: Conditions, role: Role, n: int, rng: random.Random) -> list:
     """Balanced conditions for one role, in row (sampling) order."""
     sizes = [len(c.axes[axis]) for axis in AXES]
     rows = _profile_rows(sizes, n, rng)
-    needs = _balanced_column([need.id for need in role.needs], n, rng)
+    needs = balanced_column([need.id for need in role.needs], n, rng)
     personas = c.personas()
-    persona_column = _balanced_column(range(len(personas)), n, rng)
+    persona_column = balanced_column(range(len(personas)), n, rng)
     values = [[c.axes[axis][row[a]] for a, axis in enumerate(AXES)] for row in rows]
     names: list = [None] * n
     for gender in c.axes["gender"]:
         members = [i for i in range(n) if values[i][1].id == gender.id]
-        for i, position in zip(members, _balanced_column(range(len(gender.names)), len(members), rng)):
+        for i, position in zip(members, balanced_column(range(len(gender.names)), len(members), rng)):
             names[i] = gender.names[position]
     out = []
     for i, (age, gender, race, ability) in enumerate(values):
@@ -483,7 +487,7 @@ def sample_conditions(c: Conditions, per_role: int | None, seed: int) -> list[Co
     for role in c.roles.values():
         n = c.profile_count if per_role is None else per_role
         _check_count(c, n)
-        out.extend(_sample_role(c, role, n, random.Random(_derived_seed(seed, "conditions", role.id))))
+        out.extend(_sample_role(c, role, n, random.Random(derived_seed(seed, "conditions", role.id))))
     return sorted(out, key=lambda x: x.id)
 
 
@@ -492,9 +496,9 @@ def make_pairs(c: Conditions, per_role: int, seed: int) -> list[Pair]:
     out = []
     for role in c.roles.values():
         _check_count(c, per_role)
-        bases = _sample_role(c, role, per_role, random.Random(_derived_seed(seed, "pairs-base", role.id)))
-        rng = random.Random(_derived_seed(seed, "pairs", role.id))
-        axis_column = _balanced_column(AXES, per_role, rng)
+        bases = _sample_role(c, role, per_role, random.Random(derived_seed(seed, "pairs-base", role.id)))
+        rng = random.Random(derived_seed(seed, "pairs", role.id))
+        axis_column = balanced_column(AXES, per_role, rng)
         used = {axis: {v.id: 0 for v in c.axes[axis]} for axis in AXES}
         tie_break = {}
         for axis in AXES:

@@ -4,17 +4,28 @@
 
 For each sampled condition (role, need, user profile, agent persona) a generator model
 writes one whole dialogue per class: N (uniform treatment), OB (disparate, not warm) and
-BB (disparate, warm), from the ``benevdial_generate`` prompt. Every condition is used for
-all three classes, so the demographics say nothing about the class; generators take
-turns over the dialogues in a fixed rotation, so no generator is tied to one class.
+BB (disparate, warm). Every condition is used for all three classes, so the demographics
+say nothing about the class.
 
-Two styles (``--style``). ``ours`` (the default) is the above, with the ``benevdial_generate``
-prompt, which instructs every class including N (uniform treatment). ``paper`` follows the
-BenevDial paper: class N gets no instruction about treatment at all (only roles,
-demographics and the request; ``benevdial_generate_paper``), every generator writes every
-condition in every class (a full crossing; ids then end in ``-g1``, ``-g2``... when there is
-more than one generator), and temperature 0.6 / top-p 0.9 are the defaults of that style.
-Each record's ``source`` names the style (``generated:ours``, ``generated:paper``).
+Two styles (``--style``). ``ours`` (the default): the ``benevdial_generate`` prompt, which
+instructs every class including N (uniform treatment) and asks for ``--turns`` exchanges;
+the conditions come from the balanced sampler (conditions.py: one persona per profile and
+role, so at most profiles x roles per class); generators take turns over the dialogues in
+a fixed rotation, so no generator is tied to one class. ``paper`` follows the BenevDial
+paper: the conditions come from the crossed grid, roles x profiles x personas (grid.py:
+40,320 per class with the shipped file; ``--per-class`` up to all of it, ``all`` or a
+percentage), class N gets no instruction about treatment at all (only roles, demographics
+and the request; ``benevdial_generate_paper``), the number of exchanges is the
+generator's to choose, every generator writes every sampled condition in every class (a
+full crossing; ids then end in ``-g1``, ``-g2``... when there is more than one generator),
+and temperature 0.6 / top-p 0.9 / 2,000 tokens are the defaults of that style. Each
+record's ``source`` names the style (``generated:ours``, ``generated:paper``) and its
+``prompt`` the template id (``name@version``, ``+sha12`` for an override).
+
+``--prompts DIR`` replaces our prompt files by name for this command, as
+``--socialbias-prompts`` does for a pytest run (prompts/__init__.py): a researcher can
+generate from a paper's own prompt text. The folder must hold the template of the chosen
+style; every file in it is checked first (a usage error names the file).
 
 After writing, the dataset quality statistics (quality.py: MTLD, Self-BLEU-4, Vendi with
 an n-gram kernel) per class and per generator x class go to stderr and to a JSON file,
@@ -32,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import itertools
 import json
 import math
@@ -40,7 +50,9 @@ import random
 import re
 import string
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from .. import prompts
@@ -51,7 +63,8 @@ from ..models import Model, CallPool, ModelSpec, check_credentials, parse_spec
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import CLASSES
 from . import quality
-from .conditions import Condition, Conditions, load_conditions, sample_conditions
+from .conditions import Condition, Conditions, derived_seed, load_conditions, sample_conditions
+from .grid import grid_shape, sample_grid
 
 TEMPLATE = "benevdial_generate"
 #: The prompt template of each style; their ids differ, so do their cache keys.
@@ -68,8 +81,11 @@ ROLE = "generator"
 OPTION = "--generator"
 #: Draws per dialogue: the first, and one more when the first cannot be read.
 DRAWS = 2
-#: Minimum turns per speaker for a usable dialogue.
+#: Minimum turns per speaker for a usable dialogue, in either style: a multi-turn
+#: dialogue, as the paper's are (the paper style sets no other bound on the length).
 MIN_TURNS_EACH = 2
+#: Exchanges asked for in our style when --turns is not given (the paper style asks for none).
+DEFAULT_TURNS = 4
 DEFAULT_CONDITIONS = "suites/benevdial/conditions.yaml"
 
 
@@ -152,11 +168,6 @@ class Job:
         return f"{self.cls.lower()}-{self.condition.id}{self.tag}"
 
 
-def _derived_seed(seed: int, *labels: str) -> int:
-    text = "\x1f".join([str(seed), *labels])
-    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
-
-
 def pick_conditions(conditions: Conditions, per_class: int, seed: int) -> list[Condition]:
     """``per_class`` balanced conditions, spread over the roles (they differ by at most one).
 
@@ -177,7 +188,7 @@ def pick_conditions(conditions: Conditions, per_class: int, seed: int) -> list[C
     queues = {}
     for role in roles:
         mine = [c for c in drawn if c.role == role]
-        random.Random(_derived_seed(seed, "generate-trim", role)).shuffle(mine)
+        random.Random(derived_seed(seed, "generate-trim", role)).shuffle(mine)
         queues[role] = mine
     kept: list[Condition] = []
     while len(kept) < per_class:
@@ -187,64 +198,113 @@ def pick_conditions(conditions: Conditions, per_class: int, seed: int) -> list[C
     return sorted(kept, key=lambda c: c.id)
 
 
-def plan_jobs(conditions: list[Condition], generators: int, style: str = "ours") -> list[Job]:
-    """Every condition in all three classes.
+def per_class_limit(conditions: Conditions, style: str) -> tuple[int, str]:
+    """The most conditions per class a style can draw, and what that number is."""
+    if style == "paper":
+        shape = grid_shape(conditions)
+        return shape.per_class, f"the crossed grid of {conditions.path}: {shape.describe()}"
+    return conditions.profile_count * len(conditions.roles), f"one condition per user profile and role in {conditions.path}"
+
+
+def resolve_per_class(value: int | str, conditions: Conditions, style: str) -> int:
+    """``--per-class`` as a number of conditions: N, ``all`` (the limit) or ``P%`` of the
+    limit, rounded down; ConfigError outside 1..limit."""
+    limit, what = per_class_limit(conditions, style)
+    if value == "all":
+        count = limit
+    elif isinstance(value, str):  # "P%", checked by the argument parser
+        count = int(Fraction(value[:-1]) * limit / 100)
+    else:
+        count = value
+    if not 1 <= count <= limit:
+        shown = f"{value} ({count:,} conditions)" if isinstance(value, str) else f"{value}"
+        raise ConfigError(f"--per-class={shown}: expected 1 to {limit:,} ({what}), `all`, or a percentage such as 10%")
+    return count
+
+
+def choose_conditions(conditions: Conditions, per_class: int | str, seed: int, style: str) -> list[Condition]:
+    """The conditions every class is written for: ``paper`` from the crossed grid
+    (grid.sample_grid), ``ours`` from the balanced sampler (``pick_conditions``)."""
+    count = resolve_per_class(per_class, conditions, style)
+    if style == "paper":
+        return sample_grid(conditions, count, seed)
+    return pick_conditions(conditions, count, seed)
+
+
+def job_count(conditions: int, generators: int, style: str) -> int:
+    return conditions * len(CLASSES) * (generators if style == "paper" else 1)
+
+
+def iter_jobs(conditions: list[Condition], generators: int, style: str = "ours") -> Iterator[Job]:
+    """Every condition in all three classes, one job at a time (the full paper grid with
+    three generators is 362,880 jobs: they are made as the workers take them).
 
     ``ours``: condition i's class k goes to generator (i + k) mod G, so each generator
     gets an even share of every class. ``paper``: every generator writes every condition
     in every class (3 x conditions x G jobs); with G > 1 the ids end in ``-g<k>`` (k from 1,
     in the order the generators were given) so they stay unique.
     """
-    if style == "paper":
-        return [
-            Job(condition, cls, g, "paper", f"-g{g + 1}" if generators > 1 else "")
-            for condition in conditions
-            for cls in CLASSES
-            for g in range(generators)
-        ]
-    return [
-        Job(condition, cls, (i + k) % generators)
-        for i, condition in enumerate(conditions)
-        for k, cls in enumerate(CLASSES)
-    ]
+    for i, condition in enumerate(conditions):
+        for k, cls in enumerate(CLASSES):
+            if style == "paper":
+                for g in range(generators):
+                    yield Job(condition, cls, g, "paper", f"-g{g + 1}" if generators > 1 else "")
+            else:
+                yield Job(condition, cls, (i + k) % generators)
+
+
+def plan_jobs(conditions: list[Condition], generators: int, style: str = "ours") -> list[Job]:
+    """``iter_jobs`` as a list."""
+    return list(iter_jobs(conditions, generators, style))
 
 
 def class_values(template: prompts.Template, job: Job) -> dict:
-    """The class placeholder of the job's template: ``class_instruction`` (ours, every
-    class), or ``class_section`` (paper: empty for N, the class text after a blank line
-    for OB and BB)."""
+    """The class placeholders of the job's template: ``class_instruction`` (ours, every
+    class), or, in the paper style, ``class_section`` (empty for N, the class text after a
+    blank line for OB and BB) and ``class_instruction`` (the class text alone, empty for N:
+    for an override that places it inline)."""
     if job.style == "paper":
         if job.cls == "N":
-            return {"class_section": ""}
-        return {"class_section": "\n\n" + template.extras[f"class_{job.cls}"].strip()}
+            return {"class_section": "", "class_instruction": ""}
+        text = template.extras[f"class_{job.cls}"].strip()
+        return {"class_section": "\n\n" + text, "class_instruction": text}
     return {"class_instruction": template.extras[f"class_{job.cls}"].strip()}
 
 
-def render_messages(conditions: Conditions, job: Job, turns: int) -> list[dict]:
+def render_messages(conditions: Conditions, job: Job, turns: int | None) -> list[dict]:
+    """The generator's messages for one job; ``turns`` fills our style's count of
+    exchanges (the paper style asks for none: None)."""
     template = prompts.load(TEMPLATES[job.style])
     condition = job.condition
     role = conditions.roles[condition.role]
     need = role.need(condition.need)
     if condition.persona is None:
         persona = template.extras["persona_unspecified"].strip()
+        description = None
     else:
         line = conditions.persona_line(condition.persona)
         description = line.removeprefix("You present yourself as ").rstrip(".")
         persona = string.Template(template.extras["persona_text"]).substitute(persona_description=description).strip()
-    return template.messages(
+    values = dict(
         agent_title=role.title,
         persona=persona,
         profile=conditions.profile_text(condition.profile),
         request=need.request,
         follow_ups="\n".join(f"- {q}" for q in need.follow_ups),
-        turns=turns,
         **class_values(template, job),
     )
+    if job.style == "paper":
+        unspecified = str(template.extras.get("agent_demographics_unspecified", "unspecified")).strip()
+        values.update(user_label=role.user_label, agent_demographics=description or unspecified)
+    else:
+        values["turns"] = turns
+    return template.messages(**values)
 
 
-def dialogue_record(job: Job, turns: list[dict], generator: str) -> dict:
+def dialogue_record(job: Job, turns: list[dict], generator: str, prompt: str) -> dict:
     """One line of the labelled dialogue format (docs/dialogues-format.md); ``source``
-    is ``generated:<style>`` (the schema allows no other field for it)."""
+    is ``generated:<style>``, ``prompt`` the generator template's id (``name@version``,
+    with ``+sha12`` when an override file stood in for ours)."""
     c = job.condition
     persona = c.persona
     return {
@@ -257,6 +317,7 @@ def dialogue_record(job: Job, turns: list[dict], generator: str) -> dict:
         "turns": turns,
         "source": f"generated:{job.style}",
         "generator": generator,
+        "prompt": prompt,
     }
 
 
@@ -276,8 +337,8 @@ class GenerateOptions:
     generators: list[str]
     conditions: Path
     out: Path
-    per_class: int = 10
-    turns: int = 4
+    per_class: int | str = 10  # N conditions, "all", or "P%" (resolve_per_class)
+    turns: int | None = None  # None: DEFAULT_TURNS in our style; the paper style takes none
     seed: int = 0
     cache_dir: Path = Path(".socialbias")
     record: str = "new"
@@ -289,6 +350,7 @@ class GenerateOptions:
     quality: bool = True
     quality_json: Path | None = None  # None: NAME.quality.json beside --out
     dry_run: bool = False  # plan and estimate, call nothing, write nothing
+    prompts: Path | None = None  # --prompts DIR: override files in place of ours
 
     def decoding(self) -> dict:
         """temperature, top_p and max_tokens: the explicit values, else the style's defaults."""
@@ -301,6 +363,12 @@ class GenerateOptions:
 
     def quality_path(self) -> Path:
         return self.quality_json or quality.default_json_path(self.out)
+
+    def exchanges(self) -> int | None:
+        """The exchanges asked for: --turns or DEFAULT_TURNS in our style, None in the paper's."""
+        if self.style == "paper":
+            return None
+        return DEFAULT_TURNS if self.turns is None else self.turns
 
 
 @dataclass
@@ -324,7 +392,7 @@ def _cli_words(text: str) -> str:
     return text.replace("--socialbias-record", "--record").replace("--socialbias-cache-dir", "--cache-dir")
 
 
-async def generate_one(model: Model, conditions: Conditions, job: Job, turns: int) -> Outcome:
+async def generate_one(model: Model, conditions: Conditions, job: Job, turns: int | None) -> Outcome:
     role = conditions.roles[job.condition.role]
     messages = render_messages(conditions, job, turns)
     template_id = prompts.load(TEMPLATES[job.style]).id
@@ -341,7 +409,7 @@ async def generate_one(model: Model, conditions: Conditions, job: Job, turns: in
         else:
             parsed, problem = parse_turns(reply.text, role.user_label, role.title)
             if problem is None:
-                return Outcome(job.id, job.cls, record=dialogue_record(job, parsed, str(model.spec)))
+                return Outcome(job.id, job.cls, record=dialogue_record(job, parsed, str(model.spec), template_id))
         problems.append(f"draw {sample + 1}: {problem}")
     return Outcome(job.id, job.cls, reason=f"malformed on all {DRAWS} draws ({'; '.join(problems)})")
 
@@ -372,16 +440,24 @@ class Progress:
             self.stream.flush()
 
 
-async def generate(options: GenerateOptions, conditions: Conditions, jobs: list[Job], models: list[Model], settings: CallPool, progress: Progress) -> GenerateResult:
+async def generate(options: GenerateOptions, conditions: Conditions, jobs: Iterable[Job], models: list[Model], settings: CallPool, progress: Progress) -> GenerateResult:
+    """Run the jobs with ``options.concurrency`` workers that take them one at a time from
+    ``jobs``, so only the jobs in flight exist as tasks (not one per dialogue)."""
     result = GenerateResult()
-    tasks = [asyncio.ensure_future(generate_one(models[job.generator], conditions, job, options.turns)) for job in jobs]
-    try:
-        for next_done in asyncio.as_completed(tasks):
-            outcome = await next_done
+    pending = iter(jobs)
+    turns = options.exchanges()
+
+    async def worker():
+        for job in pending:  # one shared iterator: each job goes to one worker
+            outcome = await generate_one(models[job.generator], conditions, job, turns)
             result.outcomes.append(outcome)
             progress.update(outcome, _usage(settings)[1])
+
+    workers = [asyncio.ensure_future(worker()) for _ in range(options.concurrency)]
+    try:
+        await asyncio.gather(*workers)
     finally:
-        for task in tasks:
+        for task in workers:
             task.cancel()  # after an interruption: stop what is still in flight
         await settings.aclose()
     result.calls, result.hits = _usage(settings)
@@ -415,6 +491,29 @@ def parse_generators(raw_specs: list[str], key_required: bool = True) -> list[Mo
     return specs
 
 
+def check_style_options(options: GenerateOptions) -> None:
+    if options.style == "paper" and options.turns is not None:
+        raise ConfigError(
+            f"--turns={options.turns}: --style=paper asks for no number of exchanges (the paper left the length "
+            "to the generator); drop --turns, or use --style=ours"
+        )
+
+
+def prompt_overrides(options: GenerateOptions) -> dict[str, Path]:
+    """The --prompts folder's files by name, each checked (ConfigError naming the file),
+    which must include the template of the chosen style."""
+    if options.prompts is None:
+        return {}
+    found = prompts.check_folder(options.prompts, "--prompts")
+    name = TEMPLATES[options.style]
+    if name not in found:
+        raise ConfigError(
+            f"--prompts={options.prompts}: holds no {name}.yaml, the prompt --style={options.style} uses "
+            f"(it holds {', '.join(sorted(p.name for p in found.values()))}); add it, or drop --prompts"
+        )
+    return found
+
+
 def check_paths(options: GenerateOptions) -> None:
     if not options.conditions.is_file():
         raise ConfigError(
@@ -436,6 +535,21 @@ def check_paths(options: GenerateOptions) -> None:
             raise ConfigError(f"--quality-json={path}: the folder {path.parent} does not exist; create it first")
 
 
+def exchanges_line(written: list[dict]) -> str:
+    """How many exchanges the written dialogues have: overall and per class (the paper
+    style leaves the number to the generator)."""
+    def spread(records):
+        counts = sorted(sum(t["speaker"] == "agent" for t in r["turns"]) for r in records)
+        return counts, sum(counts) / len(counts)
+
+    counts, mean = spread(written)
+    per_class = ", ".join(
+        f"{cls} {spread(mine)[1]:.1f}" for cls in CLASSES if (mine := [r for r in written if r["class"] == cls])
+    )
+    return (f"generate-benevdial: exchanges per dialogue: {counts[0]} to {counts[-1]}, mean {mean:.1f} "
+            f"(by class: {per_class})")
+
+
 def summary_line(result: GenerateResult, out: Path) -> str:
     written = result.written
     per_class = ", ".join(f"{cls} {sum(r['class'] == cls for r in written)}" for cls in CLASSES)
@@ -452,19 +566,40 @@ def summary_line(result: GenerateResult, out: Path) -> str:
 
 
 def dry_run_line(options: GenerateOptions, conditions: Conditions, picked: list[Condition], specs: list) -> str:
-    """What a run would generate and roughly cost: dialogues per class and generator,
-    calls, prompt tokens (4 characters a token) and at most max_tokens a completion."""
-    jobs = plan_jobs(picked, len(specs), options.style)
-    prompt_chars = sum(len(m["content"]) for job in jobs for m in render_messages(conditions, job, options.turns))
+    """What a run would generate and roughly cost: the grid it samples from (paper style),
+    dialogues per class and generator, calls, prompt tokens (4 characters a token) and at
+    most max_tokens a completion. Each condition's three prompts are rendered once (every
+    generator is sent the same prompt), never all jobs at once."""
+    generators = len(specs)
+    paper = options.style == "paper"
+    turns = options.exchanges()
+    per_generator = [0] * generators
+    prompt_chars = 0
+    for i, condition in enumerate(picked):
+        for k, cls in enumerate(CLASSES):
+            chars = sum(len(m["content"]) for m in render_messages(conditions, Job(condition, cls, 0, options.style), turns))
+            writers = range(generators) if paper else [(i + k) % generators]
+            for g in writers:
+                per_generator[g] += 1
+                prompt_chars += chars
+    total = job_count(len(picked), generators, options.style)
     budget = options.decoding()["max_tokens"]
-    per_generator = {g: sum(1 for job in jobs if job.generator == g) for g in range(len(specs))}
-    spread = ", ".join(f"{specs[g].model}: {n}" for g, n in per_generator.items())
-    return (
-        f"generate-benevdial: dry run ({options.style} style): {len(picked)} condition(s) x 3 classes"
-        + (f" x {len(specs)} generators" if options.style == "paper" and len(specs) > 1 else "")
-        + f" = {len(jobs)} dialogue(s), {len(jobs) // 3} per class; calls per generator {spread}; "
-        f"about {prompt_chars // 4:,} prompt tokens and at most {len(jobs) * budget:,} completion tokens "
-        f"({budget} a dialogue); nothing called, nothing written"
+    spread = ", ".join(f"{specs[g].model}: {n:,}" for g, n in enumerate(per_generator))
+    text = f"generate-benevdial: dry run ({options.style} style): "
+    if paper:
+        shape = grid_shape(conditions)
+        cells = shape.per_class * generators
+        share = 100 * len(picked) / shape.per_class
+        text += (f"grid {shape.per_class:,} condition(s) per class ({shape.describe()})"
+                 + (f" x {generators} generators = {cells:,} dialogues per class" if generators > 1 else "")
+                 + f", {3 * cells:,} in all; sample {len(picked):,} condition(s) per class ({share:.4g}% of the grid)"
+                 + (f" x {generators} generators" if generators > 1 else "")
+                 + f" = {total // 3:,} dialogue(s) per class, {total:,} in all")
+    else:
+        text += f"{len(picked):,} condition(s) x 3 classes = {total:,} dialogue(s), {total // 3:,} per class"
+    return text + (
+        f"; calls per generator {spread}; about {prompt_chars // 4:,} prompt tokens and at most "
+        f"{total * budget:,} completion tokens ({budget} a dialogue); nothing called, nothing written"
     )
 
 
@@ -476,13 +611,23 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
         raise ConfigError(f"--record={options.record!r}: expected one of {', '.join(RECORD_MODES)}")
     if options.style not in STYLES:
         raise ConfigError(f"--style={options.style!r}: expected one of {', '.join(STYLES)}")
+    check_style_options(options)
     specs = parse_generators(options.generators, key_required=not options.dry_run)
     check_paths(options)
+    overrides = prompt_overrides(options)
     conditions = load_conditions(options.conditions)
-    picked = pick_conditions(conditions, options.per_class, options.seed)
-    if options.dry_run:
-        print(dry_run_line(options, conditions, picked, specs), file=stderr)
-        return 0
+    picked = choose_conditions(conditions, options.per_class, options.seed, options.style)
+    with prompts.overriding(options.prompts, "--prompts"):
+        template = prompts.load(TEMPLATES[options.style])
+        if template.sha256 is not None:
+            print(f"generate-benevdial: prompt {template.id} from {overrides[template.name]} in place of ours", file=stderr)
+        if options.dry_run:
+            print(dry_run_line(options, conditions, picked, specs), file=stderr)
+            return 0
+        return _generate_and_write(options, conditions, picked, specs, stderr)
+
+
+def _generate_and_write(options: GenerateOptions, conditions: Conditions, picked: list[Condition], specs: list, stderr) -> int:
     cache = None
     if options.record != "off":
         try:
@@ -493,8 +638,8 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
         settings = CallPool(cache=cache, concurrency=options.concurrency)
         defaults = options.decoding()
         models = [Model(ROLE, spec, OPTION, settings, defaults=defaults) for spec in specs]
-        jobs = plan_jobs(picked, len(models), options.style)
-        progress = Progress(len(jobs), stderr)
+        jobs = iter_jobs(picked, len(models), options.style)
+        progress = Progress(job_count(len(picked), len(models), options.style), stderr)
         try:
             result = asyncio.run(generate(options, conditions, jobs, models, settings, progress))
         except KeyboardInterrupt:
@@ -515,6 +660,7 @@ def run_generate(options: GenerateOptions, stderr=None) -> int:
     written = result.written
     if written:
         write_jsonl(options.out, written)
+        print(exchanges_line(written), file=stderr)
         if options.quality:
             report_quality(options, written, stderr)
     print(summary_line(result, options.out), file=stderr)
@@ -547,6 +693,25 @@ def _whole(minimum: int):
     return convert
 
 
+def _sample_size(text: str) -> int | str:
+    """--per-class: a whole number from 1, ``all``, or a percentage in (0, 100] such as ``10%``."""
+    text = text.strip()
+    if text.lower() == "all":
+        return "all"
+    if text.endswith("%"):
+        try:
+            share = Fraction(text[:-1].strip())
+        except (ValueError, ZeroDivisionError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a percentage such as 10%") from None
+        if not 0 < share <= 100:
+            raise argparse.ArgumentTypeError(f"{text!r}: a percentage above 0 and at most 100%")
+        return f"{text[:-1].strip()}%"
+    try:
+        return _whole(1)(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; give a whole number from 1, `all`, or a percentage such as 10%") from None
+
+
 def _number(low: float, high: float):
     def convert(text: str) -> float:
         try:
@@ -568,9 +733,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--style", choices=STYLES, default="ours",
-        help="ours (default): every class, N included, gets a treatment instruction and the work is "
-        "shared among the generators; paper: as in the BenevDial paper, N gets no treatment "
-        "instruction, every generator writes every condition, temperature 0.6 and top-p 0.9",
+        help="ours (default): every class, N included, gets a treatment instruction, --turns exchanges are "
+        "asked for, and the work is shared among the generators; paper: as in the BenevDial paper, the "
+        "conditions come from the crossed grid (roles x profiles x personas), N gets no treatment "
+        "instruction, the generator chooses the number of exchanges, every generator writes every "
+        "condition, temperature 0.6, top-p 0.9 and 2000 tokens",
     )
     parser.add_argument("--out", required=True, type=Path, metavar="FILE.jsonl", help="where to write the labelled dialogues")
     parser.add_argument(
@@ -578,11 +745,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"BenevDial conditions file (default: {DEFAULT_CONDITIONS}, relative to the current folder)",
     )
     parser.add_argument(
-        "--per-class", type=_whole(1), default=10, metavar="N", dest="per_class",
-        help="conditions per class (default 10); each sampled condition is written as N, OB and BB "
-        "(with --style=paper by every generator, so N x generators dialogues per class)",
+        "--per-class", type=_sample_size, default=10, metavar="N", dest="per_class",
+        help="conditions per class (default 10): a number, `all`, or a percentage of the most there are "
+        "(rounded down): with --style=paper the crossed grid (40,320 with the shipped file; 10%% gives "
+        "4,032), with ours one per user profile and role (630); each sampled condition is written as N, OB "
+        "and BB (with --style=paper by every generator, so N x generators dialogues per class)",
     )
-    parser.add_argument("--turns", type=_whole(MIN_TURNS_EACH), default=4, metavar="K", help="exchanges per dialogue (default 4)")
+    parser.add_argument("--turns", type=_whole(MIN_TURNS_EACH), default=None, metavar="K",
+                        help=f"exchanges asked for per dialogue, our style only (default {DEFAULT_TURNS}); "
+                        "--style=paper asks for no number, as the paper did")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed for sampling the conditions (default 0)")
     parser.add_argument("--cache-dir", type=Path, default=Path(".socialbias"), metavar="DIR", dest="cache_dir", help="record/replay cache folder (default .socialbias)")
     parser.add_argument(
@@ -600,9 +771,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "set (default: NAME.quality.json beside --out NAME.jsonl)",
     )
     parser.add_argument("--no-quality", action="store_false", dest="quality", help="skip the quality statistics")
+    parser.add_argument(
+        "--prompts", type=Path, default=None, metavar="DIR",
+        help="a folder of prompt files that replace ours by name, as --socialbias-prompts does for a test run "
+        "(e.g. DIR/benevdial_generate_paper.yaml with a paper's own wording); it must hold the chosen "
+        "style's template; each record's prompt field names the version and file hash used",
+    )
     parser.add_argument("--dry-run", action="store_true", dest="dry_run",
-                        help="say how many dialogues the run would generate, per class and generator, and estimate its "
-                        "tokens; call nothing, write nothing")
+                        help="say how many dialogues the run would generate (with --style=paper: the grid's size and "
+                        "the sample's, per class), per class and generator, and estimate its tokens; call nothing, "
+                        "write nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -623,5 +801,6 @@ def run(args: argparse.Namespace) -> int:
         quality=args.quality,
         quality_json=args.quality_json,
         dry_run=args.dry_run,
+        prompts=args.prompts,
     )
     return run_generate(options)

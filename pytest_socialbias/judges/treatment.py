@@ -31,6 +31,9 @@ PAIR_CHOICES = ("A", "B", "NONE")
 #: Log-probabilities of the answer token's top alternatives, for class probabilities.
 DEFAULT_TOP_LOGPROBS = 5
 
+#: The user's role where no conditions file names it (a role's ``user_label``).
+DEFAULT_USER_LABEL = "user"
+
 TREATMENT_RETRY_MESSAGE = "Your answer could not be read. Reply with exactly one letter: N, O or B."
 PAIR_RETRY_MESSAGE = (
     "Your answer could not be read. Reply with exactly one word: A, B or NONE, "
@@ -273,22 +276,27 @@ def treatment_messages(
     *,
     dialogue: list[dict],
     agent_title: str,
+    user_label: str,
     guidance: str = "operational",
     user_profile: str | None = None,
     agent_persona: str | None = None,
 ) -> list[dict]:
-    """The treatment judge's prompt for one dialogue (``[{"user", "assistant"}]`` turns)."""
+    """The treatment judge's prompt for one dialogue (``[{"user", "assistant"}]`` turns),
+    naming both roles: the agent's title and the user's label (a conditions role's
+    ``user_label``, e.g. "client")."""
     if guidance not in GUIDANCE:
         raise ValueError(f"unknown guidance {guidance!r} for the treatment judge; use one of {', '.join(GUIDANCE)}")
     template = prompts.load("judge_treatment")
     demographics = ""
     if user_profile is not None:
         demographics = string.Template(template.extras["demographics_text"]).substitute(
-            user_profile=user_profile, agent_persona=agent_persona if agent_persona is not None else "unspecified"
+            user_profile=user_profile, agent_persona=agent_persona if agent_persona is not None else "unspecified",
+            user_label=user_label, agent_title=agent_title,
         )
     text = prompts.transcript(dialogue)
     return template.messages(
         agent_title=agent_title,
+        user_label=user_label,
         guidance=template.extras[f"guidance_{guidance}"].strip(),
         demographics_block=demographics.strip(),
         dialogue=text,
@@ -301,13 +309,15 @@ async def judge_treatment(
     *,
     dialogue: list[dict],
     agent_title: str,
+    user_label: str,
     guidance: str = "operational",
     user_profile: str | None = None,
     agent_persona: str | None = None,
     usage=None,
     top_logprobs: int | None = DEFAULT_TOP_LOGPROBS,
 ) -> TreatmentVerdict:
-    """Classify how the agent treated the user over ``dialogue``: N, OB or BB.
+    """Classify how the agent treated the user over ``dialogue``: N, OB or BB. The
+    prompt names both roles, ``agent_title`` and ``user_label``.
 
     The demographics block is added only when ``user_profile`` is given (the agent's
     persona then reads "unspecified" when None). ``cls`` is what the judge's text says;
@@ -319,6 +329,7 @@ async def judge_treatment(
     messages = treatment_messages(
         dialogue=dialogue,
         agent_title=agent_title,
+        user_label=user_label,
         guidance=guidance,
         user_profile=user_profile,
         agent_persona=agent_persona,

@@ -12,11 +12,15 @@ researcher can run with a paper's own prompt text (which we do not ship). An ove
 id carries the sha256 of its file (``judge_treatment@3+1a2b3c4d5e6f``), so it enters the
 cache key and the report; named snippets it leaves out are ours. Each file is checked
 when the run starts: a name we have no prompt of, a file that is not a template, or a
-placeholder we never fill is a usage error naming the file.
+placeholder we never fill is a usage error naming the file. The placeholders an override
+may use are those of our text, plus any our file lists under ``override_placeholders``
+(values the code fills that our own wording does not need). ``generate-benevdial --prompts
+DIR`` reads the same folders (``overriding``, for the length of one command).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import string
@@ -178,9 +182,28 @@ def use_overrides(folder: Path | None, option: str = "--socialbias-prompts") -> 
     return overridden()
 
 
+<<<<<<< HEAD
 def check_folder(folder: Path, where: str, suite: bool = False) -> dict[str, Path]:
     """Name -> file of a folder of overrides, every file checked (ConfigError naming it).
     A ``suite``'s folder (its ``prompts:`` key) cannot hold a ``RUN_WIDE`` prompt."""
+=======
+@contextlib.contextmanager
+def overriding(folder: Path | None, option: str):
+    """``use_overrides(folder, option)`` for the length of a ``with`` block (yields the ids in
+    use), then the overrides that were in use before it, for a command run in-process."""
+    before = dict(_OVERRIDES)
+    try:
+        yield use_overrides(folder, option)
+    finally:
+        _OVERRIDES.clear()
+        _OVERRIDES.update(before)
+        _load.cache_clear()
+        _load_file.cache_clear()
+
+
+def check_folder(folder: Path, where: str) -> dict[str, Path]:
+    """Name -> file of a folder of overrides, every file checked (ConfigError naming it)."""
+>>>>>>> e59555876c3e10da178905f846b8322a3a8f443e
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError(f"{where}={folder}: not a folder; name a folder of NAME.yaml prompt files")
@@ -212,7 +235,7 @@ def _check_override(path: Path, ours: tuple) -> None:
     if data.get("name") != name:
         raise ConfigError(f"{path}: name: {data.get('name')!r} differs from the file name; write name: {name}")
     mine = _ours(name)
-    known = placeholders(mine.system) | placeholders(mine.user)
+    known = placeholders(mine.system) | placeholders(mine.user) | set(mine.extras.get("override_placeholders", ()))
     try:
         used = placeholders(str(data.get("system") or "")) | placeholders(data["user"])
     except (ValueError, KeyError) as exc:

@@ -25,7 +25,7 @@ import hashlib
 from .. import prompts
 from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, marker_name
 from ..errors import ModelCallError
-from ..judges.treatment import judge_pair, judge_treatment
+from ..judges.treatment import DEFAULT_USER_LABEL, judge_pair, judge_treatment
 from ..vocabulary import BIASED_CLASSES, EMPTY_REPLY, JUDGE_ERROR, MODEL_ERROR
 from .base import Protocol
 from .dialogue import (
@@ -80,6 +80,7 @@ async def _classify(judge, conditions, role, condition_profile, persona, turns, 
         judge,
         dialogue=[{"user": t["user"], "assistant": t["assistant"]} for t in turns],
         agent_title=role.title,
+        user_label=role.user_label,
         guidance=options["guidance"],
         user_profile=conditions.profile_text(condition_profile) if options["demographics"] else None,
         agent_persona=conditions.persona_line(persona) or None if options["demographics"] else None,
@@ -195,6 +196,7 @@ async def run_pair(case, roles, usage) -> dict:
         member_turns = [list(spec["a"]), list(spec["b"])]
         system = spec["system"] if not roles.system_prompt else f"{roles.system_prompt.strip()}\n\n{spec['system']}"
         agent_title, axis, values = spec["agent_title"], spec["axis"], list(spec["values"])
+        user_label = spec.get("user_label", DEFAULT_USER_LABEL)
         meta = {"role": spec["role"], "need": None, "profiles": None, "persona": None}
         profiles = [None, None]
     else:
@@ -202,7 +204,7 @@ async def run_pair(case, roles, usage) -> dict:
         need = next(n for n in role.needs if n.id == spec.need)
         system = agent_system_prompt(conditions, role, spec.persona, roles.system_prompt)
         member_turns = [pair_user_turns(conditions, p, need, case.turns) for p in (spec.a, spec.b)]
-        agent_title, axis = role.title, spec.axis
+        agent_title, user_label, axis = role.title, role.user_label, spec.axis
         values = [spec.a.value(axis), spec.b.value(axis)]
         profiles = [spec.a, spec.b]
         meta = {
@@ -239,6 +241,7 @@ async def run_pair(case, roles, usage) -> dict:
                     roles.judge,
                     dialogue=[{"user": t["user"], "assistant": t["assistant"]} for t in dialogue],
                     agent_title=agent_title,
+                    user_label=user_label,
                     guidance=options["guidance"],
                     user_profile=(conditions.profile_text(profiles[index]) if options["demographics"] and profiles[index] else None),
                     usage=usage,

@@ -27,7 +27,7 @@ from ..benevdial.dialogues import as_turn_pairs
 from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, marker_name
 from ..errors import ModelCallError
 from ..judges.ensemble import combine
-from ..judges.treatment import judge_treatment
+from ..judges.treatment import DEFAULT_USER_LABEL, judge_treatment
 from ..vocabulary import (
     AXES, DETECTOR_ERROR, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, PERSONA_AXES, VARIANTS, WITH_DEMOGRAPHICS,
 )
@@ -78,6 +78,13 @@ def agent_title(conditions, role: str) -> str:
     return role.replace("-", " ") + " agent"
 
 
+def user_label(conditions, role: str) -> str:
+    """What the role calls the person it helps (its ``user_label``), else "user"."""
+    if conditions is not None and role in conditions.roles:
+        return conditions.roles[role].user_label
+    return DEFAULT_USER_LABEL
+
+
 async def run_detect(case, roles, usage) -> dict:
     from ..benevdial.transforms import transform_dialogue
 
@@ -97,10 +104,11 @@ async def run_detect(case, roles, usage) -> dict:
     flips = options.get("flips", False)
     user_text, agent_text = demographics_text(conditions, dialogue) if options["demographics"] or flips else (None, None)
     title = agent_title(conditions, dialogue["role"])
+    label = user_label(conditions, dialogue["role"])
 
     def classify(judge, shown: bool):
         return judge_treatment(
-            judge, dialogue=pairs, agent_title=title, guidance=options["guidance"],
+            judge, dialogue=pairs, agent_title=title, user_label=label, guidance=options["guidance"],
             user_profile=user_text if shown else None, agent_persona=agent_text if shown else None, usage=usage,
         )
 
