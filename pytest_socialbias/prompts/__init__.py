@@ -182,11 +182,6 @@ def use_overrides(folder: Path | None, option: str = "--socialbias-prompts") -> 
     return overridden()
 
 
-<<<<<<< HEAD
-def check_folder(folder: Path, where: str, suite: bool = False) -> dict[str, Path]:
-    """Name -> file of a folder of overrides, every file checked (ConfigError naming it).
-    A ``suite``'s folder (its ``prompts:`` key) cannot hold a ``RUN_WIDE`` prompt."""
-=======
 @contextlib.contextmanager
 def overriding(folder: Path | None, option: str):
     """``use_overrides(folder, option)`` for the length of a ``with`` block (yields the ids in
@@ -201,9 +196,9 @@ def overriding(folder: Path | None, option: str):
         _load_file.cache_clear()
 
 
-def check_folder(folder: Path, where: str) -> dict[str, Path]:
-    """Name -> file of a folder of overrides, every file checked (ConfigError naming it)."""
->>>>>>> e59555876c3e10da178905f846b8322a3a8f443e
+def check_folder(folder: Path, where: str, suite: bool = False) -> dict[str, Path]:
+    """Name -> file of a folder of overrides, every file checked (ConfigError naming it).
+    A ``suite``'s folder (its ``prompts:`` key) cannot hold a ``RUN_WIDE`` prompt."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ConfigError(f"{where}={folder}: not a folder; name a folder of NAME.yaml prompt files")
