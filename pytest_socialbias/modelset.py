@@ -150,11 +150,11 @@ class ModelSet:
         return out
 
     def server_plans(self) -> dict:
-        """Role -> the server this process starts for it (vllm:, server: specs;
+        """Role -> the servers this process starts for it (vllm:, server: specs, one per replica;
         models/managed.py): the shared ones on the controller (or the only process),
         per-worker ones (``placement=worker``) on each worker with its share of the GPUs
         (roles.py decides)."""
-        from .models.managed import placement, plan_for
+        from .models.managed import placement, plans_for
 
         out = {}
         for role, spec in self.specs.items():
@@ -163,7 +163,7 @@ class ModelSet:
             option = role_of(role).option
             share = self.role.server_share(placement(spec, option) == "worker", self.settings.gpus)
             if share is not None:
-                out[role] = plan_for(spec, option, *share)
+                out[role] = plans_for(spec, option, *share)
         return out
 
     def start_servers(self) -> None:

@@ -278,8 +278,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     servers = state.models.servers.describe() if state.models.servers is not None else []
     for server in servers:
         gpus = f"GPUs {server['gpus']}" if server["gpus"] else "all visible GPUs"
+        replica = f"replica {server['replica']}, " if server.get("replica") else ""
         lines.append(
-            f"socialbias: {server['provider']} server for {server['model']} at {server['url']} ({gpus}; one server "
+            f"socialbias: {server['provider']} server for {server['model']} at {server['url']} ({replica}{gpus}; one server "
             f"for {', '.join(server['roles'])} on every worker; ready in {server['ready_s']} s; log {server['log']})"
         )
     from .models.managed import placement

@@ -24,6 +24,7 @@ does not.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -102,15 +103,13 @@ class ServerPlan:
     command: tuple  # tokens; "{port}" is filled at start
     env: tuple = ()  # (name, value) pairs added to the environment
     worker: str | None = None  # the xdist worker a per-worker server belongs to
+    server: str = ""  # server_key of the spec (what names its logs)
+    replica: int | None = None  # which of the spec's replicas= servers (from 1), None: the only one
 
     @property
     def slug(self) -> str:
-        base = f"{self.provider}-{hashlib.sha256(server_key_of_plan(self).encode()).hexdigest()[:10]}"
-        return base + (f"-{self.worker}" if self.worker else "")
-
-
-def server_key_of_plan(plan) -> str:
-    return json.loads(plan.key)[0] if plan.worker else plan.key
+        base = f"{self.provider}-{hashlib.sha256((self.server or self.key).encode()).hexdigest()[:10]}"
+        return base + (f"-{self.worker}" if self.worker else "") + (f"-r{self.replica}" if self.replica else "")
 
 
 def server_key(spec) -> str:
@@ -132,7 +131,7 @@ def vllm_command(spec) -> list[str]:
     as flags (``tensor_parallel_size=2`` -> ``--tensor-parallel-size 2``; ``true`` -> a bare flag)."""
     command = ["vllm", "serve", spec.model, "--host", "127.0.0.1", "--port", "{port}"]
     for name, value in sorted(spec.runtime.items()):
-        if name in ("command", "gpus", "placement"):
+        if name in ("command", "gpus", "placement", "replicas"):
             continue
         command += _flag(name, value)
     return command
@@ -187,6 +186,18 @@ def gpu_share(gpus: str | None, worker: int, workers: int) -> str | None:
     return ",".join(ids[worker * size:(worker + 1) * size])
 
 
+def replica_count(spec, option: str = "--target") -> int:
+    """How many servers the spec's ``replicas=`` asks for (default 1)."""
+    value = spec.runtime.get("replicas", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+        raise ConfigError(f"{option}={spec}: replicas={value!r}: expected a whole number from 1 to 64")
+    return value
+
+
+def _replica_key(key: str, replica: int) -> str:
+    return json.dumps([key, "replica", replica])
+
+
 def plan_for(spec, option: str, gpus: str | None, worker: str | None = None) -> ServerPlan:
     """The server to start for ``spec`` with ``gpus`` visible; ``worker`` (``gw0``) names a
     per-worker server, so each worker's has a key, log and port of its own."""
@@ -194,7 +205,22 @@ def plan_for(spec, option: str, gpus: str | None, worker: str | None = None) -> 
     command = vllm_command(spec) if spec.provider == "vllm" else template_command(spec, option)
     env = (("CUDA_VISIBLE_DEVICES", gpus),) if gpus is not None else ()
     key = server_key(spec) if worker is None else json.dumps([server_key(spec), worker])
-    return ServerPlan(key, spec.provider, spec.model, tuple(command), env, worker)
+    return ServerPlan(key, spec.provider, spec.model, tuple(command), env, worker, server_key(spec))
+
+
+def plans_for(spec, option: str, gpus: str | None, worker: str | None = None) -> list[ServerPlan]:
+    """The servers to start for ``spec``: one, or ``replicas=N`` of them, each on its share
+    of ``gpus`` (contiguous, as gpu_share splits them between workers)."""
+    count = replica_count(spec, option)
+    plan = plan_for(spec, option, gpus, worker)
+    if count == 1:
+        return [plan]
+    plans = []
+    for replica in range(1, count + 1):
+        share = gpu_share(gpus, replica - 1, count)
+        env = (("CUDA_VISIBLE_DEVICES", share),) if share is not None else ()
+        plans.append(dataclasses.replace(plan, key=_replica_key(plan.key, replica), env=env, replica=replica))
+    return plans
 
 
 # --------------------------------------------------------------------------- the registry
@@ -206,9 +232,19 @@ URLS: dict[str, str] = {}
 
 def url_for(spec) -> str:
     """The URL of ``spec``'s server: this worker's own (placement=worker), else the shared one."""
+    return urls_for(spec)[0]
+
+
+def urls_for(spec) -> list[str]:
+    """The URLs of ``spec``'s servers (one per replica): this worker's own
+    (placement=worker), else the shared ones."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    own = URLS.get(json.dumps([server_key(spec), worker or "main"]))
-    return own or URLS.get(server_key(spec), NOT_STARTED_URL)
+    count = replica_count(spec)
+    for key in (json.dumps([server_key(spec), worker or "main"]), server_key(spec)):
+        keys = [key] if count == 1 else [_replica_key(key, r) for r in range(1, count + 1)]
+        if all(k in URLS for k in keys):
+            return [URLS[k] for k in keys]
+    return [NOT_STARTED_URL]
 
 
 # --------------------------------------------------------------------------- processes
@@ -350,11 +386,14 @@ class ServerPool:
         self._lock = threading.RLock()
         self._previous_sigterm = None
 
-    def start(self, plans: dict[str, ServerPlan]) -> None:
-        """Start every planned server (role -> plan; roles with one key share it) and wait
-        until each answers; on failure, stop those started and raise ConfigError."""
+    def start(self, plans: dict) -> None:
+        """Start every planned server (role -> plan, or a list of plans for a spec's
+        replicas; roles with one key share it) and wait until each answers; on failure,
+        stop those started and raise ConfigError."""
         try:
-            for role, plan in sorted(plans.items()):
+            flat = [(role, plan) for role, planned in sorted(plans.items())
+                    for plan in (planned if isinstance(planned, list) else [planned])]
+            for role, plan in flat:
                 server = self.servers.get(plan.key)
                 if server is None:
                     server = ManagedServer(plan, self.cache_dir / SERVER_LOGS / f"{plan.slug}.log")
@@ -399,7 +438,7 @@ class ServerPool:
         return [
             {
                 "provider": s.plan.provider, "model": s.plan.model, "roles": sorted(s.shared_by), "url": s.url,
-                "worker": s.plan.worker,
+                "worker": s.plan.worker, "replica": s.plan.replica,
                 "gpus": dict(s.plan.env).get("CUDA_VISIBLE_DEVICES"), "log": str(s.log_path),
                 "ready_s": None if s.ready_s is None else round(s.ready_s, 1),
             }

@@ -241,11 +241,17 @@ LOCAL = register(Provider(
 def _build_managed(ctx: BackendContext):
     import dataclasses
 
-    from .managed import url_for
+    from .managed import urls_for
     from .openai_backend import OpenAIBackend
 
-    served = dataclasses.replace(ctx.spec, base_url=url_for(ctx.spec))
-    return OpenAIBackend(served, NO_KEY_PLACEHOLDER, ctx.timeout, ctx.max_retries, ctx.http_clients)
+    urls = urls_for(ctx.spec)
+    backends = [OpenAIBackend(dataclasses.replace(ctx.spec, base_url=url), NO_KEY_PLACEHOLDER, ctx.timeout,
+                              ctx.max_retries, ctx.http_clients) for url in urls]
+    if len(backends) == 1:
+        return backends[0]
+    from .replicas import ReplicaBackend
+
+    return ReplicaBackend(tuple(urls), backends)
 
 
 def _managed_identity(spec) -> tuple:
