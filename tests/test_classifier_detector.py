@@ -472,3 +472,24 @@ def test_the_whole_dialogue_is_a_classifiers_unit_only(project):
     assert "a llama-guard-3 guard judges one agent turn per call, so it cannot judge unit 'dialogue'" in err
     err = usage_error(project, guard + "?unit=dialogue")
     assert "use one of turn, context, exchange" in err
+
+
+def test_the_classifier_kind_is_for_classifier_heads_only(project):
+    guard = "--socialbias-guard=openai:my-guard@http://127.0.0.1:9/v1"
+    err = usage_error(project, guard, "--socialbias-guard-kind=classifier")
+    assert "--socialbias-guard-kind=classifier is the kind of classifier heads run in process" in err
+    assert "hfcls:PATH" in err
+
+
+def test_a_model_id_is_found_in_the_local_hugging_face_cache_only(tmp_path, monkeypatch):
+    constants = pytest.importorskip("huggingface_hub.constants")
+    # The layout of the hub cache: models--ORG--NAME/{refs/main, snapshots/REVISION/...}.
+    repo = tmp_path / "hub" / "models--acme--tiny-benevdial-bert"
+    config_only(repo / "snapshots" / "0123abc", ["N", "OB", "BB"])
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abc")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    head = head_of("hfcls:acme/tiny-benevdial-bert")
+    assert head.folder.endswith("snapshots/0123abc") and head.output == THREE_CLASS
+    with pytest.raises(ConfigError, match="no model 'acme/not-cached' in the local Hugging Face cache"):
+        head_of("hfcls:acme/not-cached")
