@@ -282,7 +282,7 @@ def test_unmapped_labels_stop_the_run_before_it_starts(project):
     build_classifier(project.path / "bert", ["LABEL_0", "LABEL_1", "LABEL_2"])
     err = usage_error(project, "--socialbias-guard=hfcls:bert")
     assert "--socialbias-guard=hfcls:bert: cannot tell what this classifier's labels mean (LABEL_0, LABEL_1, LABEL_2)" in err
-    assert "?labels=LABEL_0:N,LABEL_1:B,LABEL_2:B" in err
+    assert "?labels=LABEL_0:N,LABEL_1:OB,LABEL_2:BB" in err
     err = usage_error(project, "--socialbias-guard=hfcls:bert?labels=LABEL_0:N,LABEL_1:OB")
     assert "label(s) LABEL_2 of this classifier are not mapped" in err
     err = usage_error(project, "--socialbias-guard=hfcls:bert?labels=0:N,1:OB,2:BB", "--socialbias-guard-kind=llama-guard-3")
@@ -354,7 +354,10 @@ def test_binary_classifier_flags_overt_bias_only_and_says_what_it_cannot_tell(pr
     (row,) = [d for d in report["detection"]["detectors"] if d["detector"] == "guard"]
     assert row["output"] == "binary" and "cannot tell OB from BB" in row["limit"]
     assert set(row["not_available"]) == {"macro_f1", "recall_n", "recall_ob", "recall_bb", "precision_bb"}
-    result.stdout.fnmatch_lines(["*guard: a binary detector: it flags B = OB u BB or nothing, so it cannot tell OB from BB*"])
+    result.stdout.fnmatch_lines([
+        "socialbias: guard is a binary (cannot tell OB from BB) classifier head: benign -> N, toxic -> B (labels=)",
+        "*guard: a binary detector: it flags B = OB u BB or nothing, so it cannot tell OB from BB*",
+    ])
     verdicts = {g["gate"]: g for g in report["gates"]}
     assert verdicts["tr-ob"]["verdict"] == "pass"
     assert verdicts["bb-recall"]["verdict"] == "fail" and "guard is a binary detector" in verdicts["bb-recall"]["detail"]
@@ -493,3 +496,19 @@ def test_a_model_id_is_found_in_the_local_hugging_face_cache_only(tmp_path, monk
     assert head.folder.endswith("snapshots/0123abc") and head.output == THREE_CLASS
     with pytest.raises(ConfigError, match="no model 'acme/not-cached' in the local Hugging Face cache"):
         head_of("hfcls:acme/not-cached")
+
+
+@needs_torch
+def test_xdist_workers_load_their_own_copy_and_agree(project):
+    pytest.importorskip("xdist")
+    build_classifier(project.path / "bert-benevdial", ["N", "OB", "BB"])
+    _, single = run(project, "--socialbias-guard=hfcls:bert-benevdial", "--socialbias-record=off", report="one.json")
+    result, spread = run(project, "--socialbias-guard=hfcls:bert-benevdial", "--socialbias-record=off", "-n", "2",
+                         report="two.json")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+
+    def classes(report):
+        return {(c["id"], c["variant"]): c["detections"]["guard"]["class"] for c in report["cases"]}
+
+    assert classes(spread) == classes(single) and len(classes(single)) == 12
+    assert spread["models"]["guard"]["checkpoint"] == single["models"]["guard"]["checkpoint"]

@@ -224,8 +224,11 @@ def _match(given: dict, labels: tuple, where: str) -> dict:
 
 
 def _example(labels: tuple, known: dict | None = None) -> str:
+    """A ``labels=`` value to start from: three labels as N, OB, BB (a fine-tuned
+    three-class head), else the first as N and the others as B; ``known`` kept."""
+    guess = list(CLASSES) if len(labels) == 3 else ["N"] + [BIASED] * (len(labels) - 1)
     known = known or {}
-    return ",".join(f"{label}:{known.get(label, 'N' if i == 0 else 'B')}" for i, label in enumerate(labels))
+    return ",".join(f"{label}:{known.get(label, guess[i])}" for i, label in enumerate(labels))
 
 
 # --------------------------------------------------------------------------- reading

@@ -402,7 +402,8 @@ class GuardKind:
     ``prompt`` builds the single user message of a guard that takes a prompt of our
     making (its text in prompts/), or is None for a guard whose chat template wraps the
     conversation itself; ``parse(text, logprobs, strict)`` applies the guard's own
-    decision rule; ``reads_logprobs`` asks for the answer token's log-probabilities.
+    decision rule; ``reads_logprobs`` asks for the answer token's log-probabilities. A
+    guard that is no chat model (a classifier head) has ``screen`` instead of ``parse``.
     """
 
     name: str
@@ -486,8 +487,6 @@ register_guard(GuardKind(
     "wildguard", re.compile(r"wild-?guard"), prompt=wildguard_prompt, prompt_file="guard_wildguard", max_tokens=64,
     parse=lambda text, logprobs, strict: parse_wildguard(text),
 ))
-
-
 
 
 async def _screen_by_classifier(guard_model, messages: list[dict], template: str, usage) -> GuardVerdict:
@@ -703,9 +702,9 @@ async def screen_dialogue(
     before it). Returns builtins only: ``{"flagged": True|False|None (see
     dialogue_flagged), "units": [GuardVerdict.to_dict() per agent turn, in order],
     "unit": unit, "kind": kind}``, and for a three-class classifier the dialogue's
-    ``class`` and ``probs`` (judges/classifier.py dialogue_class). The template id names the unit, so cached answers
-    never mix with single-exchange screening. A failed call raises ModelCallError once
-    every unit's call has finished.
+    ``class`` and ``probs`` (judges/classifier.py dialogue_class). The template id names
+    the unit, so cached answers never mix with single-exchange screening. A failed call
+    raises ModelCallError once every unit's call has finished.
     """
     guard = guard_kind(kind)
     if unit not in guard.units:

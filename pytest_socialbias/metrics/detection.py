@@ -212,12 +212,13 @@ def output_of(detection: dict, detector: str) -> str:
 
 def detector_outputs(suite: str, records: list[dict]) -> list[dict]:
     """Per detector of a suite's records: its ``output`` (classes or binary), for a binary
-    one what it cannot tell (``limit``) and the metrics ``not_available`` for it, and the dialogues
-    it read only in part (``truncated``: a classifier's input limit), of ``dialogues``."""
+    one what it cannot tell (``limit``) and the metrics ``not_available`` for it, and the
+    dialogues it read only in part (``truncated``: a classifier's input limit), of
+    ``dialogues``."""
     out = []
     detectors = sorted({d for r in records for d in r.get("detections") or {}})
     for detector in detectors:
-        found = [(r["detections"][detector]) for r in records if detector in (r.get("detections") or {})]
+        found = [r["detections"][detector] for r in records if detector in (r.get("detections") or {})]
         outputs = {output_of(f, detector) for f in found}
         output = BINARY_OUTPUT if BINARY_OUTPUT in outputs else CLASSES_OUTPUT
         row = {"suite": suite, "detector": detector, "output": output, "dialogues": len(found),
