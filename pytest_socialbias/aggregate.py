@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .gates import Gate, evaluate
-from .metrics import compute_metrics, detection_summary, metric_sort_key
+from .metrics import compute_metrics, detection_summary, metric_sort_key, unavailable_metrics
 from .models import UsageCounter
 from .result import RunResult
 from .vocabulary import JUDGE_CHECK_SUITE
@@ -109,7 +109,7 @@ class Aggregator:
             scope["styles"].add(record.get("style"))
         verdicts = evaluate(
             self.gates, metrics, comparison, ran=ran, evidence=evidence_by_suite(records),
-            no_baseline_yet=self.settings.baseline == NO_BASELINE,
+            no_baseline_yet=self.settings.baseline == NO_BASELINE, unavailable=unavailable_metrics(records),
         )
         result = RunResult(
             models=models,

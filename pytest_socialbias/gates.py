@@ -188,6 +188,7 @@ def evaluate(
     ran: set | None = None,
     evidence: dict | None = None,
     no_baseline_yet: bool = False,
+    unavailable: dict | None = None,
 ) -> list[dict]:
     """One verdict row per gate: pass, fail, or not_evaluated, with the reason in
     ``detail`` where it is not a plain pass or fail of a number.
@@ -199,7 +200,9 @@ def evaluate(
     ``-m``), is not evaluated; one of a selected scope with no number fails;
     ``evidence``: suite -> what its cases gave (e.g. "0 of 10 cases labelled: 10 with a
     judge error"), quoted when a gate has no number; ``no_baseline_yet``: the run said
-    there is no baseline yet (``--socialbias-baseline=none``)."""
+    there is no baseline yet (``--socialbias-baseline=none``); ``unavailable``: (suite,
+    metric, category) -> why that metric is not computed at all (a class metric of a
+    binary detector), quoted instead of the evidence."""
     index = {(m["suite"], m["metric"], m["category"], m["style"]): m for m in metrics}
     evidence = evidence or {}
     results = []
@@ -220,6 +223,8 @@ def evaluate(
         if row is not None and row["n"] and row["value"] is not None:
             number = {"point": row["value"], "ci_low": row["ci_low"], "ci_high": row["ci_high"]}[gate.compare]
             result["verdict"] = FAIL if gate.fails(number) else PASS
+        elif (gate.suite, gate.metric, gate.category) in (unavailable or {}):
+            _no_evidence(result, gate, unavailable[(gate.suite, gate.metric, gate.category)])
         else:
             _no_evidence(result, gate, "no evidence: " + (evidence.get(gate.suite) or "no case gave this metric a value"))
         results.append(result)

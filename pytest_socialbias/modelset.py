@@ -12,10 +12,12 @@ from . import heap
 from .cache import CallCache
 from .errors import ConfigError
 from .judges.binary import JUDGE_PARAMS, YES_NO
-from .judges.guards import GUARD_PARAMS, GUARDS, guard_kind, guard_kind_from_model, settle_guard
+from .judges.guards import (
+    CLASSIFIER_KIND, GUARD_PARAMS, GUARDS, check_unit, guard_kind, guard_kind_from_model, settle_guard,
+)
 from .models import Model, CallPool, ModelSpec, check_credentials, parse_spec
 from .models.client import EndpointCheck
-from .models.providers import MANAGED, provider_of
+from .models.providers import CLASSIFIER, MANAGED, provider_of
 from .protocols import GuardRole, Roles, required_roles
 from .runner import LoopRunner
 
@@ -71,6 +73,7 @@ class ModelSet:
         self.guard_kind: str | None = None
         self.guard_unit: str | None = None  # the guard spec's unit=, if any
         self.guard_risk: str | None = None  # the criterion a Granite Guardian is asked about
+        self.classifier = None  # judges/classifier.ClassifierHead of an hfcls: guard
         self.servers = None  # models/managed.ServerPool: the servers this process started
         self.runner = LoopRunner()
         self._models: dict[str, Model] = {}
@@ -93,11 +96,24 @@ class ModelSet:
             if text:
                 option = role_of(role).option if (role != "user" or s.user) else "--judge"
                 spec = parse_spec(text, option)
+                if role != "guard" and provider_of(spec).can(CLASSIFIER):
+                    raise ConfigError(
+                        f"{option}={text}: {spec.provider}: is a classifier head, which scores texts and writes "
+                        f"nothing: it can only be a detector; pass it as --socialbias-guard={text}"
+                    )
                 # A replay or a dry run calls nothing: it needs no key (a fork's pull
                 # request has none).
                 check_credentials(spec, option, required=not (s.record == "none" or s.dry_run))
                 self.specs[role] = spec
-        if "guard" in self.specs:
+        if "guard" in self.specs and provider_of(self.specs["guard"]).can(CLASSIFIER):
+            self._classifier_settings()
+        elif "guard" in self.specs:
+            if s.guard_kind == CLASSIFIER_KIND:
+                raise ConfigError(
+                    f"--socialbias-guard-kind={CLASSIFIER_KIND} is the kind of classifier heads run in process; "
+                    f"--socialbias-guard={s.guard} is a chat model: write --socialbias-guard=hfcls:PATH for a "
+                    "classifier, or name the chat guard's own kind"
+                )
             self.guard_kind = s.guard_kind or guard_kind_from_model(self.specs["guard"].model)
             if self.guard_kind is None:
                 raise ConfigError(
@@ -106,12 +122,29 @@ class ModelSet:
                 )
             self._guard_settings()
 
+    def _classifier_settings(self) -> None:
+        """An hfcls: guard: its labels mapped to our classes, before any case runs
+        (judges/classifier.py); ConfigError naming the spec and the fix."""
+        from .judges.classifier import resolve_head
+
+        s = self.settings
+        if s.guard_kind and s.guard_kind != CLASSIFIER_KIND:
+            raise ConfigError(
+                f"--socialbias-guard-kind={s.guard_kind} names a chat guard's output format, but "
+                f"--socialbias-guard={s.guard} is a classifier head (kind {CLASSIFIER_KIND}); drop the option"
+            )
+        self.guard_kind = CLASSIFIER_KIND
+        self._guard_settings()
+        self.classifier = resolve_head(self.specs["guard"], "--socialbias-guard")
+
     def _guard_settings(self) -> None:
         """The guard spec's unit= and risk= (judges/guards.py settle_guard)."""
         s = self.settings
         self.specs["guard"], self.guard_unit, self.guard_risk = settle_guard(
             self.specs["guard"], guard_kind(self.guard_kind), s.guard_risk, f"--socialbias-guard={s.guard}",
         )
+        if s.guard_unit:
+            check_unit(guard_kind(self.guard_kind), s.guard_unit, f"--socialbias-guard-unit={s.guard_unit}")
 
     def use_local_default(self) -> None:
         """Called when cases are collected with no model options: all roles ``local``."""
@@ -198,6 +231,10 @@ class ModelSet:
         if "guard" in out:
             out["guard"]["policy"] = self.settings.guard_policy  # what a block did to a dialogue
             out["guard"]["kind"] = self.guard_kind
+            if self.classifier is not None:
+                out["guard"]["classifier"] = self.classifier.to_dict()
+                # What the cache key names: the sha256 of the checkpoint's files.
+                out["guard"]["checkpoint"] = provider_of(self.specs["guard"]).cache_identity(self.specs["guard"])[0]
             if self.guard_risk:
                 out["guard"]["risk"] = self.guard_risk
         return out
@@ -252,7 +289,11 @@ class ModelSet:
             judge=self.model("judge") if "judge" in self.specs else None,
             user=self.model("user") if "user" in self.specs else None,
             system_prompt=self.settings.system_prompt,
-            guard=GuardRole(self.model("guard"), self.guard_kind, self.settings.guard_policy, self.guard_unit) if "guard" in self.specs else None,
+            guard=GuardRole(
+                self.model("guard"), self.guard_kind, self.settings.guard_policy, self.guard_unit,
+                default_unit=self.classifier.default_unit if self.classifier is not None else None,
+                output=self.classifier.output if self.classifier is not None else "binary",
+            ) if "guard" in self.specs else None,
             extra_judges=[self.model(role) for role in self.extra_judge_roles],
             simulator_check=self.settings.simulator_check,
         )

@@ -186,8 +186,9 @@ OPTIONS: tuple[Option, ...] = (
         "`source: fairmt`: a scripted suite runs its conversations, a dymt suite draws its seeds from them")),
     Option("--socialbias-guard", "socialbias_guard", "guard", metavar="SPEC", help=(
         "guard model spec (Llama Guard 3, ShieldGemma, Qwen3Guard, Granite Guardian, WildGuard behind an "
-        "OpenAI-compatible endpoint): screens every target reply in DyMT suites (blocked share by turn, bias "
-        "rate among replies that pass); in BenevDial detector suites it is a detector")),
+        "OpenAI-compatible endpoint, or a classifier head run in process: hfcls:PATH?labels=...): screens "
+        "every target reply in DyMT suites (blocked share by turn, bias rate among replies that pass); in "
+        "BenevDial detector suites it is a detector")),
     Option("--socialbias-guard-kind", "socialbias_guard_kind", "guard_kind", metavar="KIND", choices=GUARDS.names,
            help="the guard's output format when the model name does not tell: " + _one_of(GUARDS.names())
            + " (and any kind a conftest.py registers)"),
@@ -237,9 +238,11 @@ OPTIONS: tuple[Option, ...] = (
         "default: the suite's `dialogues`)")),
     Option("--socialbias-guard-unit", "socialbias_guard_unit", "guard_unit", metavar="UNIT", choices=GUARD_UNITS,
            help=("BenevDial detector suites: what the guard judges: turn (an agent turn alone), context (with "
-                 "the dialogue before it) or exchange (with the user turn before it); default: the suite's "
-                 "guard_unit, else the guard's own (context for Llama Guard, Granite Guardian and Qwen3Guard, "
-                 "exchange for WildGuard and ShieldGemma); a dialogue is flagged if any unit is")),
+                 "the dialogue before it), exchange (with the user turn before it) or dialogue (the whole "
+                 "dialogue once); default: the suite's guard_unit, else the guard's own (context for Llama "
+                 "Guard, Granite Guardian and Qwen3Guard, exchange for WildGuard and ShieldGemma; for an hfcls: "
+                 "classifier its preset's, else dialogue for a three-class head and turn for a binary one); a "
+                 "dialogue is flagged if any unit is")),
     Option("--socialbias-snapshot-max-flips", "socialbias_snapshot_max_flips", "snapshot_max_flips", metavar="N",
            parse=_whole(0), help=(
                "fail the run when more than N cases differ from their syrupy snapshot (default: flipped cases "

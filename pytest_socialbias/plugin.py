@@ -293,9 +293,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                 f"{'GPUs ' + state.settings.gpus if state.settings.gpus else 'the visible GPUs'} "
                 f"(logs .socialbias/servers/*-gwN.log)"
             )
-    if any(spec.provider == "hf" for spec in state.models.specs.values()):
+    if any(spec.provider in ("hf", "hfcls") for spec in state.models.specs.values()):
         where = f"GPU ids {state.settings.gpus} round robin over workers" if state.settings.gpus else "cuda where available, else cpu"
         lines.append(f"socialbias: hf models run in each process, on its device= or {where}")
+    head = state.models.classifier
+    if head is not None:
+        from .judges.classifier import THREE_CLASS
+
+        labels = ", ".join(f"{label} -> {target}" for label, target in head.mapping.items())
+        what = "three-class" if head.output == THREE_CLASS else "binary (cannot tell OB from BB)"
+        lines.append(f"socialbias: guard is a {what} classifier head: {labels} ({head.source})")
     return lines
 
 

@@ -50,8 +50,9 @@ VARIANT_SCOPES = ("agent", "all", "paper")
 #: suites with ``judge_demographics: both``): ``judge+demographics``, ``ensemble+demographics``.
 WITH_DEMOGRAPHICS = "+demographics"
 #: What a guard judges of a dialogue: an agent turn alone, with the dialogue before it,
-#: or with the user turn it answers.
-GUARD_UNITS = ("turn", "context", "exchange")
+#: or with the user turn it answers (each agent turn one unit); or the whole dialogue
+#: through its last agent turn as one unit (classifiers trained on whole dialogues).
+GUARD_UNITS = ("turn", "context", "exchange", "dialogue")
 
 # ---- protocols and outcomes ------------------------------------------------------------
 

@@ -120,3 +120,28 @@ def test_three_class_recall_and_bb_precision_count_only_what_they_should():
     assert precision == [0, 0, 1]  # three dialogues classed BB, one of them BB
     for name in ("recall_n", "recall_ob", "recall_bb", "precision_bb"):
         assert catalogue.lookup(name, ("detection",)) is not None
+
+
+def test_binary_detectors_have_no_class_metrics_and_say_why():
+    from pytest_socialbias.metrics import catalogue, unavailable_metrics
+    from pytest_socialbias.metrics.families import Group
+    from pytest_socialbias.metrics.detection import CLASS_METRICS, detector_outputs
+
+    # The metrics a binary detector does not get are exactly the catalogue's class metrics.
+    flags_only = Group("detector", "guard", "clean", [("N", None, True)], 1)
+    assert set(CLASS_METRICS) == {m.name for m in catalogue.in_family("detection") if m.when and not m.when(flags_only)}
+    records = [
+        {"suite": "d", "protocol": "benevdial_detect", "truth": truth, "variant": "clean", "primary": "guard",
+         "detections": {"judge": {"class": truth, "flagged": truth != "N", "output": "classes"},
+                        "guard": {"class": None, "flagged": truth == "OB", "units": [], **extra}}}
+        for truth, extra in (("N", {}), ("OB", {"truncated": 1}), ("BB", {"output": "binary"}))
+    ]
+    rows = {r["detector"]: r for r in detector_outputs("d", records)}
+    assert rows["judge"] == {"suite": "d", "detector": "judge", "output": "classes", "dialogues": 3, "truncated": 0}
+    assert rows["guard"]["output"] == "binary" and rows["guard"]["truncated"] == 1  # a record without output: a guard
+    assert set(rows["guard"]["not_available"]) == set(CLASS_METRICS)
+    unavailable = unavailable_metrics(records)
+    assert set(unavailable) == {("d", m, d) for m in CLASS_METRICS for d in ("guard", None)}
+    assert "cannot tell OB from BB" in unavailable[("d", "recall_bb", "guard")]
+    names = {r["metric"] for r in detection_rows("d", "guard", "clean", [(t, None, f) for t, f in (("N", 0), ("OB", 1))], 1)}
+    assert not names & set(CLASS_METRICS) and "tr_ob" in names

@@ -178,6 +178,7 @@ NOT_HERE = (
     (". .venv/bin/activate", "the embedded-model job: tests/test_local_model.py runs the embedded model"),
     ("@http", "a server of yours (or a GPU host)"),
     ("vllm:", "a vLLM server on GPUs"),
+    ("hfcls:", "a classifier checkpoint of yours and the gpu extra: tests/test_classifier_detector.py builds tiny ones"),
     ("...", "a placeholder, not a whole command"),
     ("[", "a usage line with optional parts"),
 )

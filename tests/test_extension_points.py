@@ -172,7 +172,7 @@ def test_an_unknown_provider_lists_the_registered_ones(pytester, clean_registry)
     pytester.makefile(".yaml", demo=suite_yaml(CASES))
     result = pytester.runpytest("demo.yaml", "--target=nope:t", "--judge=standin:j")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "known providers: openai, anthropic, local, vllm, server, hf, standin" in result.stderr.str()
+    assert "known providers: openai, anthropic, local, vllm, server, hf, hfcls, standin" in result.stderr.str()
 
 
 # --------------------------------------------------------------------------- a protocol and a guard

@@ -13,6 +13,7 @@ from pytest_socialbias.judges.guards import (
     GUARDS,
     UNITS,
     GuardVerdict,
+    guard_kind,
     guard_kind_from_model,
     guard_messages,
     guard_messages_for,
@@ -83,8 +84,10 @@ def test_guard_kind_from_model(name, kind):
 
 
 def test_every_kind_has_a_parser():
-    assert set(GUARDS.names()) == {"llama-guard-3", "shieldgemma", "qwen3guard", "granite-guardian", "wildguard"}
-    assert all(callable(guard.parse) for guard in GUARDS.values())
+    assert set(GUARDS.names()) == {"llama-guard-3", "shieldgemma", "qwen3guard", "granite-guardian", "wildguard", "classifier"}
+    # Chat guards parse an answer; a classifier head is read by its own screen (judges/classifier.py).
+    assert all(callable(guard.parse) != callable(guard.screen) for guard in GUARDS.values())
+    assert [g.name for g in GUARDS.values() if g.screen is not None] == ["classifier"]
 
 
 # --------------------------------------------------------------------------- guard_messages
@@ -612,8 +615,11 @@ def run_dialogue(guard, kind, unit, turns=DIALOGUE, **kwargs):
     return asyncio.run(screen_dialogue(guard, kind, turns, unit, **kwargs))
 
 
-def test_units_are_the_three_documented_ones():
-    assert UNITS == ("turn", "context", "exchange")
+def test_units_are_the_documented_ones():
+    assert UNITS == ("turn", "context", "exchange", "dialogue")
+    # A chat guard judges one agent turn per call: the whole dialogue is a classifier's unit.
+    assert {g.name: g.units for g in GUARDS.values()}["llama-guard-3"] == ("turn", "context", "exchange")
+    assert guard_kind("classifier").units == UNITS
 
 
 def test_unit_turn_sends_each_agent_turn_alone():
@@ -675,7 +681,7 @@ def wildguard_answer(flag_marker):
     return answer
 
 
-@pytest.mark.parametrize("unit", UNITS)
+@pytest.mark.parametrize("unit", guard_kind("wildguard").units)
 def test_wildguard_units_put_the_history_in_the_human_user_slot(unit):
     guard = FakeGuard(wildguard_answer("A2:"))
     result = run_dialogue(guard, "wildguard", unit)
@@ -712,7 +718,7 @@ def test_shieldgemma_units_request_logprobs_and_use_the_probability_rule():
 def test_dialogue_template_ids_differ_from_single_exchange_screening():
     guard = FakeGuard(llama_answer())
     asyncio.run(screen(guard, "llama-guard-3", USER, REPLY))
-    for unit in UNITS:
+    for unit in guard_kind("llama-guard-3").units:
         run_dialogue(guard, "llama-guard-3", unit)
     templates = [c["template"] for c in guard.calls]
     assert templates[0] == "guard:llama-guard-3@1"
@@ -775,7 +781,8 @@ def test_dialogue_qwen3guard_strict_mode_is_passed_through():
 @pytest.mark.parametrize(
     "kind, unit, turns, match",
     [
-        ("llama-guard-3", "dialogue", DIALOGUE, "unknown guard unit 'dialogue'; expected one of turn, context, exchange"),
+        ("llama-guard-3", "dialogue", DIALOGUE,
+         "unknown guard unit 'dialogue' for a llama-guard-3 guard; expected one of turn, context, exchange"),
         ("nemo-guard", "turn", DIALOGUE, "unknown guard kind"),
         ("llama-guard-3", "turn", [{"speaker": "user", "text": "hi"}], "no agent turn"),
         ("llama-guard-3", "turn", [{"speaker": "assistant", "text": "hi"}], r"turns\[0\]"),

@@ -102,7 +102,7 @@ def test_no_model_options_needed_for_ordinary_tests(pytester):
                                               "--socialbias-record=off"]),
         ("--socialbias-sample=many", ["--socialbias-sample='many'", ">= 1"]),
         ("--socialbias-guidance=strict", ["--socialbias-guidance='strict'", "plain, conceptual or operational"]),
-        ("--socialbias-guard-unit=word", ["--socialbias-guard-unit='word'", "turn, context or exchange"]),
+        ("--socialbias-guard-unit=word", ["--socialbias-guard-unit='word'", "one of turn, context, exchange, dialogue"]),
         ("--socialbias-guard-kind=nemo", ["--socialbias-guard-kind='nemo'", "wildguard"]),
         ("--socialbias-snapshot-max-flips=-1", ["--socialbias-snapshot-max-flips='-1'", ">= 0"]),
         ("--socialbias-baseline=old.json", ["--socialbias-baseline=", "old.json: file not found", "--socialbias-report"]),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..vocabulary import OUTCOMES
 from . import catalogue
 from .catalogue import DIALOGUE_RATE, MEAN, REPLY_RATE, STATISTIC, Metric, is_known_metric
-from .detection import confusion, detection_summary, macro_f1
+from .detection import confusion, detection_summary, macro_f1, unavailable_metrics
 from .dialogue import (
     LATE_EMERGENCE_EARLY,
     LATE_EMERGENCE_LATE,
@@ -45,7 +45,7 @@ from .rates import (
 __all__ = [
     "BOOTSTRAP_SEED", "DIGITS", "LATE_EMERGENCE_EARLY", "LATE_EMERGENCE_LATE", "Z95", "bias_at_turn",
     "bounded_mean_interval", "compute_metrics", "confusion", "cumulative_bias_at", "detection_rows",
-    "detection_summary",
+    "detection_summary", "unavailable_metrics",
     "first_bias_at_turn", "first_bias_turn", "group_seed", "has_reemergence", "is_known_metric",
     "late_emergence_counts", "macro_f1", "metric_sort_key", "outcome_counts", "reemergence_counts",
     "suite_turns", "survival_at", "wilson_interval",

@@ -3,8 +3,11 @@ class. Pure functions.
 
 An item is one dialogue as one detector read it in one variant: (true class, predicted
 class or None, flagged or None). Binary metrics take B = OB u BB as positive and
-``flagged`` as the prediction; macro-F1 needs predicted classes (judges, ensembles), so
-binary detectors (guards) have none. Unreadable items count in ``detector_error_rate`` only.
+``flagged`` as the prediction; macro-F1, per-class recall and BB precision need predicted
+classes (judges, ensembles, three-class classifiers), so binary detectors (chat guards,
+binary classifiers) have none: they are not available for them, never computed from
+flags (``CLASS_METRICS``, ``detector_outputs``). Unreadable items count in
+``detector_error_rate`` only.
 """
 
 from __future__ import annotations
@@ -194,6 +197,59 @@ def has_classes(items: list[tuple]) -> bool:
     return any(f is not None and c is not None for _, c, f in items)
 
 
+#: The detector metrics that need a predicted class: not available for binary detectors.
+CLASS_METRICS = ("macro_f1", "precision_bb", "recall_bb", "recall_n", "recall_ob")
+CLASSES_OUTPUT, BINARY_OUTPUT = "classes", "binary"
+#: What a binary detector cannot do, in words, for the reports.
+BINARY_LIMIT = "it flags B = OB u BB or nothing, so it cannot tell OB from BB"
+
+
+def output_of(detection: dict, detector: str) -> str:
+    """``classes`` or ``binary``: what a detection says of a dialogue (records before the
+    field existed: guards were binary, the rest gave classes)."""
+    return detection.get("output") or (BINARY_OUTPUT if detector.startswith("guard") else CLASSES_OUTPUT)
+
+
+def detector_outputs(suite: str, records: list[dict]) -> list[dict]:
+    """Per detector of a suite's records: its ``output`` (classes or binary), for a binary
+    one what it cannot tell (``limit``) and the metrics ``not_available`` for it, and the
+    dialogues it read only in part (``truncated``: a classifier's input limit), of
+    ``dialogues``."""
+    out = []
+    detectors = sorted({d for r in records for d in r.get("detections") or {}})
+    for detector in detectors:
+        found = [r["detections"][detector] for r in records if detector in (r.get("detections") or {})]
+        outputs = {output_of(f, detector) for f in found}
+        output = BINARY_OUTPUT if BINARY_OUTPUT in outputs else CLASSES_OUTPUT
+        row = {"suite": suite, "detector": detector, "output": output, "dialogues": len(found),
+               "truncated": sum(1 for f in found if f.get("truncated"))}
+        if output == BINARY_OUTPUT:
+            row["limit"] = BINARY_LIMIT
+            row["not_available"] = list(CLASS_METRICS)
+        out.append(row)
+    return out
+
+
+def unavailable_metrics(records: list[dict]) -> dict:
+    """``{(suite, metric, detector): why}`` for the class metrics of binary detectors (and
+    with detector None where the suite's primary detector is binary), so a gate on one
+    says why it has no number."""
+    out = {}
+    detect = [r for r in records if r.get("protocol") == "benevdial_detect"]
+    for suite in sorted({r["suite"] for r in detect}):
+        mine = [r for r in detect if r["suite"] == suite]
+        primary = next((r.get("primary") for r in mine if r.get("primary")), None)
+        for row in detector_outputs(suite, mine):
+            if row["output"] != BINARY_OUTPUT:
+                continue
+            for metric in CLASS_METRICS:
+                why = f"not available: {row['detector']} is a binary detector ({BINARY_LIMIT})"
+                out[(suite, metric, row["detector"])] = why
+                if row["detector"] == primary:
+                    out[(suite, metric, None)] = why
+    return out
+
+
 # --------------------------------------------------------------------------- one case
 # For the paired comparison: a case's 0/1 for one detector (the row's category, else the
 # case's primary detector).
@@ -226,16 +282,18 @@ def confusion(items: list[tuple]) -> dict:
 
 def detection_summary(records: list[dict]) -> dict | None:
     """Detector suites: confusion matrices per detector and variant, how the ensemble
-    decided, and the surface markers of the labelled dialogues (clean)."""
+    decided, what each detector's output is (``detector_outputs``), and the surface
+    markers of the labelled dialogues (clean)."""
     detect = [r for r in records if r.get("protocol") == "benevdial_detect"]
     if not detect:
         return None
     from ..benevdial.markers import marker_table
 
-    out = {"confusion": [], "ensemble_methods": {}, "markers": {}}
+    out = {"confusion": [], "ensemble_methods": {}, "markers": {}, "detectors": []}
     for suite in sorted({r["suite"] for r in detect}):
         mine = [r for r in detect if r["suite"] == suite]
         detectors = sorted({d for r in mine for d in r.get("detections") or {}})
+        out["detectors"].extend(detector_outputs(suite, mine))
         for detector in detectors:
             for variant in sorted({r.get("variant") or "clean" for r in mine}):
                 out["confusion"].append(

@@ -28,6 +28,7 @@ KEYLESS_WITH_URL = "keyless with a base URL"  # a spec with @URL needs no key (a
 ADAPTS = "adapts to its endpoint"  # an HTTP endpoint: checked once per role, adapted to (adapt.py)
 MANAGED = "managed server"  # a server the run starts and stops (managed.py); other spec parameters are its arguments
 RUNTIME_SETTINGS = "runtime settings"  # non-decoding spec parameters configure the runtime (hf: device, dtype)
+CLASSIFIER = "classifier head"  # scores labels, writes nothing: a detector only (--socialbias-guard)
 #: A provider registered without saying: an HTTP endpoint at a base URL, like most.
 HTTP_ENDPOINT = frozenset({TAKES_URL, ADAPTS})
 
@@ -308,4 +309,41 @@ HF = register(Provider(
     url_hint="for a server, write openai:MODEL@{url} or vllm:MODEL",
     unsupported=(("reasoning_effort", "the hf backend has no reasoning_effort"),
                  ("thinking_budget", "the hf backend has no thinking_budget")),
+))
+
+
+# --------------------------------------------------------------------------- in-process classifier heads
+
+
+def _build_hfcls(ctx: BackendContext):
+    from .hf_classifier import HFClassifierBackend
+
+    return HFClassifierBackend(ctx.spec, ctx.option, gpus=ctx.gpus)
+
+
+def _check_hfcls(spec, option: str) -> None:
+    from . import hf_classifier
+
+    where = f"{option}={spec}"
+    hf_classifier.check_spec(spec, option)
+    hf_classifier.read_head(hf_classifier.locate(spec.model, where), where)
+    hf_classifier.check_available(option)
+
+
+def _hfcls_identity(spec) -> tuple:
+    from . import hf_classifier
+
+    folder = hf_classifier.locate(spec.model, str(spec))
+    return hf_classifier.checkpoint_fingerprint(folder), "in-process"
+
+
+_NO_DECODING = "a classifier head does not decode: hfcls takes no {}"
+#: A transformers sequence classifier run in this process, as a detector:
+#: ``hfcls:PATH_OR_ID?labels=LABEL:CLASS,...`` (models/hf_classifier.py, judges/classifier.py).
+HFCLS = register(Provider(
+    name="hfcls", build=_build_hfcls, build_early=False, check=_check_hfcls,
+    capabilities=frozenset({RUNTIME_SETTINGS, CLASSIFIER}), cache_identity=_hfcls_identity,
+    url_hint="a classifier head runs in this process: give its folder, hfcls:PATH",
+    unsupported=tuple((name, _NO_DECODING.format(name)) for name in
+                      ("temperature", "top_p", "max_tokens", "seed", "reasoning_effort", "thinking_budget")),
 ))

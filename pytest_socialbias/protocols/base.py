@@ -44,6 +44,12 @@ class GuardRole:
     kind: str
     policy: str = "end"
     unit: str | None = None
+    #: The unit it judges in detector suites when neither its spec nor the suite says
+    #: (None: its kind's); a classifier's depends on its head (judges/classifier.py).
+    default_unit: str | None = None
+    #: What its reading of a dialogue is: ``binary`` (flagged or not) or ``classes``
+    #: (N / OB / BB, a three-class classifier).
+    output: str = "binary"
 
 
 @dataclass

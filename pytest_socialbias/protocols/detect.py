@@ -10,8 +10,13 @@ a robustness transformation of its turns: ``fold``, ``mask``, ``shuffle``, ``fol
   are several), and then their ``ensemble`` (probability average, or majority vote where
   a judge gives no probabilities; judges/ensemble.py);
 * the guard of ``--socialbias-guard``, screening every agent turn as a unit (the turn
-  alone, with the dialogue before it, or with the user turn before it), the dialogue
-  flagged if any unit is: detector ``guard``.
+  alone, with the dialogue before it, or with the user turn before it), or the whole
+  dialogue as one unit, the dialogue flagged if any unit is: detector ``guard``. A
+  classifier head (``hfcls:``) is such a guard; a three-class one also gives a class.
+
+Every detection says its ``output``: ``classes`` (N / OB / BB: judges, ensembles,
+three-class classifiers) or ``binary`` (flagged or not: chat guards, binary
+classifiers, which cannot tell OB from BB).
 
 The primary detector (the ensemble, else the judge, else the guard) sets the item's
 outcome (``biased`` when it flags the dialogue); every detector's reading is in the record.
@@ -125,8 +130,9 @@ async def run_detect(case, roles, usage) -> dict:
         from ..judges.guards import guard_kind, screen_dialogue
 
         # The guard spec's unit=, else --socialbias-guard-unit or the suite's, else the
-        # unit the guard is evaluated in by its authors and by BenevDial.
-        unit = guard.unit or options["guard_unit"] or guard_kind(guard.kind).default_unit
+        # unit the guard is evaluated in by its authors and by BenevDial (a classifier's
+        # depends on its head: judges/classifier.py).
+        unit = guard.unit or options["guard_unit"] or guard.default_unit or guard_kind(guard.kind).default_unit
         tasks.append(screen_dialogue(guard.model, guard.kind, dialogue["turns"], unit, usage))
         # The prompt file a prompt guard is sent (an override's id names its hash).
         templates += [t for t in (guard_kind(guard.kind).prompt_id,) if t]
@@ -142,12 +148,18 @@ async def run_detect(case, roles, usage) -> dict:
         if isinstance(result, BaseException):
             raise result
         if detector == "guard":
-            detections[detector] = {"class": None, "flagged": result["flagged"], "probs": None, "units": result["units"], "unit": result["unit"]}
+            detections[detector] = {
+                "class": result.get("class"), "flagged": result["flagged"], "probs": result.get("probs"),
+                "units": result["units"], "unit": result["unit"], "output": guard.output,
+            }
+            truncated = sum(1 for u in result["units"] if u.get("truncated"))
+            if truncated:
+                detections[detector]["truncated"] = truncated  # units cut to the classifier's input limit
             if result["flagged"] is None:
                 errors.append({"kind": GUARD_ERROR, "role": "guard", "message": "guard: no unit flagged and some unreadable"})
             continue
         flagged = None if result.cls is None else result.cls in BIASED
-        detections[detector] = {"class": result.cls, "flagged": flagged, "probs": result.probs}
+        detections[detector] = {"class": result.cls, "flagged": flagged, "probs": result.probs, "output": "classes"}
         if result.error:
             kind = JUDGE_ERROR if detector == primary else DETECTOR_ERROR
             errors.append({"kind": kind, "role": "judge", "message": f"{detector}: {result.error}"})
@@ -164,6 +176,7 @@ async def run_detect(case, roles, usage) -> dict:
             "flagged": None if combined["class"] is None else combined["class"] in BIASED,
             "probs": combined["probs"],
             "method": combined["method"],
+            "output": "classes",
         }
         if combined["class"] is None:
             kind = JUDGE_ERROR if not suffix else DETECTOR_ERROR

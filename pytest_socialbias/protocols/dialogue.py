@@ -264,12 +264,14 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
             screening = None
             if roles.guard is not None:
                 # What the guard sees: the exchange (the reply and the user turn it
-                # answers), unless its spec's unit= says the whole dialogue or the reply alone.
+                # answers), unless its spec's unit= says the whole dialogue or the reply
+                # alone, or it is a classifier with a unit of its own (judges/classifier.py).
                 history = [m for t in before for m in ({"role": "user", "content": t["user"]},
                                                        {"role": "assistant", "content": t["assistant"]})]
                 history.append({"role": "user", "content": user_message})
                 screening = asyncio.ensure_future(screen_in_unit(
-                    roles.guard.model, roles.guard.kind, history, reply.text, roles.guard.unit or "exchange", usage,
+                    roles.guard.model, roles.guard.kind, history, reply.text,
+                    roles.guard.unit or roles.guard.default_unit or "exchange", usage,
                 ))
             # Judge this turn while the dialogue goes on.
             judge_tasks.append(

@@ -542,6 +542,15 @@ def detector_tables(metrics: list[dict], detection: dict | None) -> list[str]:
         lines.append("")
         lines.append(f"{suite}: detectors, % (B = OB u BB positive; TR = share flagged per true class; gap = TR_OB - TR_BB)")
         lines += _table(["detector", "variant", "n", "acc", "P", "R", "F1", "TR_N", "TR_OB", "TR_BB", "gap", "macroF1"], table)
+        for row in (detection or {}).get("detectors", []):
+            if row["suite"] != suite:
+                continue
+            if row["output"] == "binary":
+                lines.append(f"{row['detector']}: a binary detector: {row['limit']}; not available for it: "
+                             f"{', '.join(row['not_available'])}")
+            if row["truncated"]:
+                lines.append(f"{row['detector']}: {row['truncated']} of {row['dialogues']} dialogue(s) read in part: "
+                             "longer than the classifier's input limit, cut to fit (the records' units say where)")
         lines += flip_lines(suite, (detection or {}).get("flips") or [])
         methods = (detection or {}).get("ensemble_methods", {}).get(suite)
         if methods:
