@@ -48,6 +48,9 @@ class Aggregator:
         self.baseline: dict | None = None
         self.judge_reference: list[dict] | None = None
         self.judge_check_usage = UsageCounter()
+        # (shown path, reference items, the judge's answers): asked by ask_judge, or given
+        # by combine from the partial file of the shard that asked them.
+        self.judge_answers: tuple | None = None
         self.dry_plan: dict | None = None  # --socialbias-dry-run: calls and tokens per role
         if settings.baseline_report is not None:
             from .compare import load_baseline
@@ -84,8 +87,12 @@ class Aggregator:
         records = sorted(self.records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
         metrics = compute_metrics(records)
         judge_check = None
-        if self.judge_reference is not None:
-            judge_check, rows = self._judge_check(metrics)
+        if self.judge_answers is None and self.judge_reference is not None:
+            self.judge_answers = self.ask_judge()
+        if self.judge_answers is not None:
+            from .judgecheck import summarize
+
+            judge_check, rows = summarize(*self.judge_answers, metrics)
             metrics = sorted(metrics + rows, key=metric_sort_key)
         comparison = None
         models = self.models.spec_dicts()
@@ -133,9 +140,10 @@ class Aggregator:
         )
         return dataclasses.replace(result, exit_status=1 if failures_before or result.failed else 0)
 
-    def _judge_check(self, metrics: list[dict]) -> tuple[dict | None, list[dict]]:
-        """Label the reference replies with this run's judge; agreement rows."""
-        from .judgecheck import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH, judge_items, summarize
+    def ask_judge(self) -> tuple | None:
+        """Label the reference replies with this run's judge: (shown path, items, answers),
+        or None (and a note) when the judge cannot be asked."""
+        from .judgecheck import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH, judge_items
 
         try:
             answers = self.models.run(judge_items(
@@ -143,10 +151,10 @@ class Aggregator:
             ))
         except ConfigError as exc:
             self.note(f"judge check not run: {exc}")
-            return None, []
+            return None
         path = self.settings.judge_check
         shown = BUILTIN_REFERENCE if path == BUILTIN_REFERENCE_PATH else shown_path(path)
-        return summarize(shown, self.judge_reference, answers, metrics)
+        return shown, self.judge_reference, answers
 
 
 def evidence_by_suite(records) -> dict:

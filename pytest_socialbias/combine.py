@@ -153,6 +153,10 @@ def combine(options: CombineOptions):
         for record in data["records"]:
             aggregator.add(record)
     aggregator.partial = any(data["stopped_early"] for _, data in parts)
+    asked = next((data["judge_check"] for _, data in parts if data.get("judge_check")), None)
+    if asked is not None:  # shard 1 asked the judge; scored here against every record
+        aggregator.judge_answers = (asked["shown"], asked["items"], asked["answers"])
+        aggregator.judge_check_usage = _Usage(asked["usage"])
     result = aggregator.aggregate(None, failures_before=sum(int(data["failures_before"]) for _, data in parts))
     from .report import write_files
 
@@ -165,6 +169,16 @@ def combine(options: CombineOptions):
             unwritten.append(problem)
             result = dataclasses.replace(result, exit_status=1)
     return result, unwritten, parts
+
+
+class _Usage:
+    """The judge check's usage as the asking shard counted it."""
+
+    def __init__(self, counts: dict):
+        self.counts = counts
+
+    def to_dict(self) -> dict:
+        return self.counts
 
 
 def _union(lists) -> list:

@@ -441,9 +441,7 @@ def _check_shard(values: dict) -> None:
         )
     if values["partial"] is None:
         return
-    for name, flag in (("report", "--socialbias-report"), ("html", "--socialbias-html"),
-                       ("judge_check", "--socialbias-judge-check")):
+    for name, flag in (("report", "--socialbias-report"), ("html", "--socialbias-html")):
         if values[name] is not None:
-            fix = ("give it to `python -m pytest_socialbias combine` instead" if name != "judge_check"
-                   else "run the judge check in a job that is not sharded")
-            raise ConfigError(f"{flag} with --socialbias-partial: a shard decides and reports nothing; {fix}")
+            raise ConfigError(f"{flag} with --socialbias-partial: a shard decides and reports nothing; give it to "
+                              "`python -m pytest_socialbias combine` instead")

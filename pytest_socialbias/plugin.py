@@ -679,11 +679,18 @@ class Controller:
             "sha256": selection_digest(f"{r['suite']}::{r['id']}" + (f"[{r['style']}]" if r.get("style") else "")
                                        for r in aggregator.records),
         }
+        judge_check = None
+        if aggregator.judge_reference is not None and shard.index == 1:  # asked once per run
+            asked = aggregator.ask_judge()
+            if asked is not None:
+                shown, items, answers = asked
+                judge_check = {"shown": shown, "items": items, "answers": answers,
+                               "usage": aggregator.judge_check_usage.to_dict()}
         data = partial_data(
             shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
             records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
             failures_before=session.testsfailed, stopped_early=aggregator.partial,
-            skipped_gates=[gate.name for gate in aggregator.skipped_gates],
+            skipped_gates=[gate.name for gate in aggregator.skipped_gates], judge_check=judge_check,
         )
         share = state.share or {"cases": len(aggregator.records)}
         calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""

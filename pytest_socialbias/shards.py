@@ -33,7 +33,7 @@ PARTIAL_VERSION = 1
 RESULT_SETTINGS = (
     "target", "judges", "user", "system_prompt", "prompts", "turns", "fairmt_dir", "guard", "guard_kind",
     "guard_policy", "simulator_check", "guard_risk", "sample", "guidance", "dialogues", "guard_unit",
-    "judge_demographics", "demographic_flips", "strict",
+    "judge_demographics", "demographic_flips", "strict", "judge_check",
 )
 
 #: Where ``--socialbias-shard=auto`` finds its index and count, in order: (name, index
@@ -152,7 +152,8 @@ def result_settings(settings) -> dict:
 
 
 def partial_data(*, shard: Shard, selection: dict, settings, models: dict, records: list, notes: list,
-                 warnings: list, failures_before: int, stopped_early: bool, skipped_gates: list) -> dict:
+                 warnings: list, failures_before: int, stopped_early: bool, skipped_gates: list,
+                 judge_check: dict | None = None) -> dict:
     """What a shard's partial file holds: its records and what combine checks them by."""
     records = sorted(records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
     calls = sum(int(u.get("calls", 0)) for r in records for u in (r.get("usage") or {}).values())
@@ -172,6 +173,9 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
         "stopped_early": stopped_early,
         "skipped_gates": list(skipped_gates),
         "cache": {"calls": calls, "cached": cached},
+        # --socialbias-judge-check: shard 1 asks the judge about the reference replies
+        # ({"shown", "items", "answers", "usage"}); combine scores them against every record.
+        "judge_check": judge_check,
         "records": records,
     }
 

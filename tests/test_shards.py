@@ -142,6 +142,23 @@ def test_uneven_shards_are_balanced_by_planned_calls_and_combine_exactly(project
     assert status == 1 and combined == single
 
 
+def test_the_judge_check_is_asked_by_shard_one_and_scored_over_every_record(project, server, monkeypatch):
+    monkeypatch.chdir(project.path)
+    single_run(project, server, "--socialbias-judge-check=builtin")
+    one = read_report(project.path / "one.json")
+    assert one["judge_check"]["items"]
+    parts = []
+    for index in (1, 2):
+        result = run(project, server, f"--socialbias-shard={index}/2", f"--socialbias-partial=jc{index}.json",
+                     "--socialbias-judge-check=builtin")
+        assert result.ret == 0, result.stdout.str()[-2000:]
+        parts.append(str(project.path / f"jc{index}.json"))
+    data = [json.loads(open(p).read()) for p in parts]
+    assert data[0]["judge_check"]["answers"] and data[1]["judge_check"] is None  # asked once
+    status, combined, _ = combine(project, parts)
+    assert status == 1 and combined == one
+
+
 def test_an_empty_shard_passes_and_still_combines(project, server, single, monkeypatch):
     monkeypatch.chdir(project.path)
     result = run(project, server, "--socialbias-shard=40/40", "--socialbias-partial=empty.json")
