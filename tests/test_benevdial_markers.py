@@ -35,9 +35,27 @@ def test_markers_by_hand():
             "diminutive_rate": 1 / 27,
             "inclusive_we_rate": 2 / 27,
             "tag_question_rate": 1 / 5,  # 0.2
+            # Directives: "Rest now." only ("Let's try" is an inclusive we, "We will" not
+            # an imperative, questions never count).
+            "directive_rate": 1 / 5,
+            # User turns: "I can't sleep! Help? Help!" = 5 words each, 10 in all.
+            "agent_word_share": 27 / 37,
         }
     )
     assert list(dialogue_markers(d)) == list(MARKERS)
+
+
+@pytest.mark.parametrize("text, directives", [
+    ("Sweetie, take your pills now. You should rest. Please don't worry.", 3),
+    ("Now, sit down and relax. I think you did well.", 1),
+    ("You did well. We can look at it later. Would you like to try?", 0),
+    ("Honey, you'd better call your daughter first. Just breathe.", 2),
+])
+def test_directives(text, directives):
+    from pytest_socialbias.benevdial.markers import _sentences
+
+    sentences = len(_sentences(text))
+    assert dialogue_markers(dialogue("N", text))["directive_rate"] == pytest.approx(directives / sentences)
 
 
 def test_sentence_rules():

@@ -43,6 +43,22 @@ Markers (a ratio whose denominator is 0 is 0.0):
   agreement rather than information ("That's nice, isn't it?") are the third elderspeak
   feature of Williams et al. and keep a question mark while asking nothing, which is why
   they are counted apart from ``questions_per_turn``.
+- ``directive_rate``: agent sentences that tell the user what to do / agent sentences. A
+  sentence is a directive when, after leading interjections and terms of address ("oh",
+  "now", "please", "sweetie", ...), its first word is a verb in the base form that opens
+  imperatives in support talk (``DIRECTIVE_VERBS``: "rest", "take", "don't", ...), or it
+  contains "you should", "you need to", "you must", "you have to", "you'd better" or
+  "you ought to". Controlling, directive talk is the other side of patronising
+  communication in Ryan, Hummert & Boich (1995); politeness theory (Mills 2003) reads bare
+  directives as the least polite form of a request.
+- ``agent_word_share``: agent words / all words of the dialogue (user and agent). Who
+  holds the floor is the measure of interactional asymmetry in conversation analysis
+  (Sacks, Schegloff & Jefferson 1974; Heritage 2002): an agent that talks over a user it
+  does not expect much of holds more of it.
+
+The research protocol's text names four of its nine features (``PROTOCOL_BB_DIRECTION``)
+and draws the rest from this literature without listing them; the five above are ours,
+chosen from the same literature, and may differ from the protocol's.
 """
 
 from __future__ import annotations
@@ -64,6 +80,8 @@ MARKERS = (
     "diminutive_rate",
     "inclusive_we_rate",
     "tag_question_rate",
+    "directive_rate",
+    "agent_word_share",
 )
 
 #: The features the research protocol names, with the sign of Cohen's d (BB against N) it
@@ -88,6 +106,21 @@ INCLUSIVE_WE = frozenset(
     {"we", "us", "our", "ours", "ourselves", "let's", "we're", "we'll", "we've", "we'd"}
 )
 
+#: Verbs whose base form opens an imperative in support talk (lower case; "let's" is not
+#: here: it is counted as an inclusive we).
+DIRECTIVE_VERBS = frozenset(
+    {
+        "take", "try", "rest", "go", "make", "call", "remember", "don't", "do", "keep", "stay", "sit", "wait", "leave",
+        "stop", "use", "ask", "tell", "put", "get", "avoid", "drink", "eat", "be", "give", "bring", "check",
+        "follow", "consider", "focus", "start", "write", "read", "look", "think", "hold", "come", "pick", "set",
+        "listen", "let", "relax", "breathe", "slow", "sleep", "walk", "talk", "book", "fill", "send", "bring",
+        "contact", "visit", "see", "note", "never", "always", "just",
+    }
+)
+#: Words that may come before the verb of a directive without making it one.
+_LEAD_INS = frozenset({"oh", "now", "so", "please", "well", "and", "okay", "ok", "alright", "right", "then", "first"})
+_YOU_SHOULD = re.compile(r"\byou(?:'d| would)? (?:should|must|need to|have to|had better|'d better|better|ought to)\b",
+                         re.IGNORECASE)
 _WORD = re.compile(r"\w+(?:['’]\w+)*")
 _SENTENCE_END = re.compile(r"[.!?…‽]+[\"'”’)\]]*(?=\s|$)")
 _TAG = re.compile(
@@ -113,6 +146,17 @@ def _sentences(text: str) -> list[tuple[str, str]]:
     return [(s, end) for s, end in out if _WORD.search(s)]
 
 
+def _directive(sentence: str) -> bool:
+    """Whether a sentence tells the listener what to do (module docstring)."""
+    if _YOU_SHOULD.search(sentence.replace("’", "'")):
+        return True
+    for word in _words(sentence):
+        if word in _LEAD_INS or word in DIMINUTIVES:
+            continue
+        return word in DIRECTIVE_VERBS
+    return False
+
+
 def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator else 0.0
 
@@ -130,6 +174,7 @@ def dialogue_markers(dialogue: dict) -> dict[str, float]:
     for text in texts:
         words.extend(_words(text))
         sentences.extend(_sentences(text))
+    user_words = sum(len(_words(t.get("text", ""))) for t in dialogue.get("turns", []) if t.get("speaker") != "agent")
     questions = sum(1 for _, end in sentences if "?" in end or "‽" in end)
     exclamations = sum(1 for _, end in sentences if "!" in end or "‽" in end)
     tags = sum(1 for s, _ in sentences if _TAG.search(s))
@@ -141,6 +186,8 @@ def dialogue_markers(dialogue: dict) -> dict[str, float]:
         "diminutive_rate": _ratio(sum(1 for w in words if w in DIMINUTIVES), len(words)),
         "inclusive_we_rate": _ratio(sum(1 for w in words if w in INCLUSIVE_WE), len(words)),
         "tag_question_rate": _ratio(tags, len(sentences)),
+        "directive_rate": _ratio(sum(1 for text, end in sentences if "?" not in end and _directive(text)), len(sentences)),
+        "agent_word_share": _ratio(len(words), len(words) + user_words),
     }
 
 
