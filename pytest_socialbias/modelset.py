@@ -136,6 +136,14 @@ class ModelSet:
         self.guard_kind = CLASSIFIER_KIND
         self._guard_settings()
         self.classifier = resolve_head(self.specs["guard"], "--socialbias-guard")
+        if self.specs["guard"].runtime.get("pair"):
+            for unit, where in ((self.guard_unit, f"--socialbias-guard={s.guard}"),
+                                (s.guard_unit, f"--socialbias-guard-unit={s.guard_unit}")):
+                if unit not in (None, "exchange"):
+                    raise ConfigError(
+                        f"{where}: a classifier with pair=true reads a user turn and the agent turn after it as "
+                        "a sentence pair, so its unit is exchange; drop unit= or pair="
+                    )
 
     def _guard_settings(self) -> None:
         """The guard spec's unit= and risk= (judges/guards.py settle_guard)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sqlite3
 
 import pytest
 
@@ -362,6 +363,25 @@ def test_binary_classifier_flags_overt_bias_only_and_says_what_it_cannot_tell(pr
     assert verdicts["tr-ob"]["verdict"] == "pass"
     assert verdicts["bb-recall"]["verdict"] == "fail" and "guard is a binary detector" in verdicts["bb-recall"]["detail"]
     assert report["models"]["guard"]["classifier"]["labels"] == {"benign": "N", "toxic": "B"}
+
+
+@needs_torch
+def test_a_prompt_and_response_head_reads_each_exchange_as_a_sentence_pair(project):
+    """BeaverTails-style moderation heads score a (prompt, response) pair: with pair=true
+    each unit is an exchange, sent as two segments (the agent turn second), keyed apart."""
+    build_classifier(project.path / "moderation", ["safe", "unsafe"], toxic_only=True)
+    spec = "--socialbias-guard=hfcls:moderation?labels=safe:N,unsafe:B&pair=true"
+    result, report = run(project, spec)
+    guard = guard_of(report, "ob-1")
+    assert (guard["unit"], len(guard["units"]), guard["flagged"]) == ("exchange", 2, True)
+    assert guard_of(report, "n-1")["flagged"] is False
+    rows = sqlite3.connect(project.path / ".socialbias" / "calls.sqlite3").execute(
+        "SELECT request FROM calls WHERE role = 'guard'").fetchall()
+    requests = [json.loads(r[0]) for r in rows]
+    assert requests and all([m["role"] for m in q["messages"]] == ["user", "assistant"] for q in requests)
+    assert all(q["params"].get("pair") is True for q in requests)
+    assert "unit is exchange" in usage_error(project, spec, "--socialbias-guard-unit=turn")
+    assert "pair='yes'" in usage_error(project, spec.replace("pair=true", "pair=yes"))
 
 
 @needs_torch

@@ -174,7 +174,10 @@ def _resolve(spec, where: str) -> ClassifierHead:
             raise ConfigError(f"{where}: threshold={threshold!r}: expected a number between 0 and 1")
     elif threshold is not None:
         raise ConfigError(f"{where}: threshold= is for multi-label heads; this head decides by its highest-scoring label")
-    unit = preset.unit if preset is not None else "dialogue" if output == THREE_CLASS else "turn"
+    if spec.runtime.get("pair"):  # a prompt-and-response moderation head reads exchanges
+        unit = "exchange"
+    else:
+        unit = preset.unit if preset is not None else "dialogue" if output == THREE_CLASS else "turn"
     return ClassifierHead(str(folder), labels, mapping, output, head.multi_label, threshold, unit, source)
 
 
@@ -276,10 +279,13 @@ async def classify_messages(guard_model, messages: list[dict], template: str, us
     ``guard_model``; guard-verdict fields (``read_scores``). A failed call raises
     ModelCallError, as a chat guard's does."""
     head = resolve_head(guard_model.spec, guard_model.option)
-    response = await guard_model.chat(
-        [{"role": "user", "content": classifier_text(messages)}], template=template, usage=usage,
-        **answer_params(guard_model.spec),
-    )
+    if guard_model.spec.runtime.get("pair"):
+        # The user turn and the agent turn as a sentence pair (an exchange: the last of each).
+        user = next((m["content"] for m in reversed(messages[:-1]) if m["role"] == "user"), "")
+        sent = [{"role": "user", "content": user}, {"role": "assistant", "content": messages[-1]["content"]}]
+    else:
+        sent = [{"role": "user", "content": classifier_text(messages)}]
+    response = await guard_model.chat(sent, template=template, usage=usage, **answer_params(guard_model.spec))
     fields = read_scores(response, head)
     if fields.get("flagged") is None:
         guard_model.answer_unreadable(response)

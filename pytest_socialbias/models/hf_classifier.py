@@ -55,12 +55,12 @@ TRUNCATIONS = ("head_tail", "head", "tail")
 DEFAULT_TRUNCATION = "head_tail"
 DTYPES = ("float32", "float16", "bfloat16")
 #: Spec parameters of the runtime (this module) and of the label reading (judges/classifier.py).
-RUNTIME_SETTINGS = ("device", "dtype", "max_batch", "batch_wait_ms", "max_length", "truncate")
+RUNTIME_SETTINGS = ("device", "dtype", "max_batch", "batch_wait_ms", "max_length", "truncate", "pair")
 LABEL_SETTINGS = ("labels", "threshold")
 SETTINGS = RUNTIME_SETTINGS + LABEL_SETTINGS
 #: Settings that change what the head answers: they travel with every call, so the cache
 #: key has them (device does not: CPU and GPU agree to the rounding).
-ANSWER_SETTINGS = ("dtype", "max_length", "truncate")
+ANSWER_SETTINGS = ("dtype", "max_length", "truncate", "pair")
 #: Decimals kept of every score (float noise from batch shapes is about 1e-6).
 DIGITS = 6
 #: ``model_max_length`` of a tokenizer that sets none (transformers' "very large" sentinel).
@@ -106,6 +106,10 @@ def check_spec(spec, option: str) -> None:
     dtype = spec.runtime.get("dtype", "float32")
     if dtype not in DTYPES:
         raise ConfigError(f"{where}: dtype={dtype!r}: expected one of {', '.join(DTYPES)}")
+    pair = spec.runtime.get("pair", False)
+    if not isinstance(pair, bool):
+        raise ConfigError(f"{where}: pair={pair!r}: expected true (the user turn and the agent turn as a sentence pair, "
+                          "as a moderation classifier of prompt and response reads them) or false")
 
 
 def answer_params(spec) -> dict:
@@ -114,6 +118,8 @@ def answer_params(spec) -> dict:
     out = {"truncate": spec.runtime.get("truncate", DEFAULT_TRUNCATION), "dtype": spec.runtime.get("dtype", "float32")}
     if spec.runtime.get("max_length") is not None:
         out["max_length"] = spec.runtime["max_length"]
+    if spec.runtime.get("pair"):
+        out["pair"] = True
     return out
 
 
@@ -236,6 +242,7 @@ class _Row:
     text: str
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
+    pair: str | None = None  # the agent turn, read as the second sequence (pair=true)
     result: ChatResponse | None = None
 
 
@@ -321,15 +328,18 @@ class HFClassifierBackend:
         self, messages: list[dict], params: dict, top_logprobs: int | None, choices: list | None = None, sample: int = 0,
         **_constrain,
     ) -> ChatResponse:
-        if len(messages) != 1:
-            raise ValueError("a classifier call carries exactly one message: the text to classify")
+        pair = bool(params.get("pair"))
+        if len(messages) != (2 if pair else 1):
+            raise ValueError("a classifier call carries one message, the text to classify, or with pair=true two: "
+                             "the user turn and the agent turn")
         unknown = sorted(set(params) - set(ANSWER_SETTINGS))
         if unknown:
             raise ConfigError(f"{self.option}={self.spec}: a classifier takes no parameter {', '.join(unknown)}")
         if self._loaded is None:
             await asyncio.to_thread(self._load)
         loop = asyncio.get_running_loop()
-        row = _Row(text=messages[0]["content"], future=loop.create_future(), loop=loop)
+        row = _Row(text=messages[0]["content"], future=loop.create_future(), loop=loop,
+                   pair=messages[1]["content"] if pair else None)
         with self._pending_lock:
             self._pending.append(row)
             if self._thread is None:
@@ -367,10 +377,34 @@ class HFClassifierBackend:
             for row in rows:
                 row.loop.call_soon_threadsafe(_settle, row.future, None)
 
-    def encode(self, text: str) -> tuple[list[int], int]:
+    def encode(self, text: str, pair: str | None = None) -> tuple[list[int], int]:
         """(the token ids the head reads, the text's full length in tokens): cut to the
-        model's limit as ``truncate`` says, the tokenizer's special tokens kept."""
+        model's limit as ``truncate`` says, the tokenizer's special tokens kept. A
+        ``pair`` (the agent turn after the user turn) goes in as the tokenizer's second
+        sequence; when the two are too long, the user turn is cut from its start, then
+        (if the agent turn alone is too long) both, as the tokenizer's longest_first does."""
+        return self.encode_with_types(text, pair)[:2]
+
+    def encode_with_types(self, text: str, pair: str | None = None) -> tuple[list[int], int, list[int] | None]:
+        """``encode``, and the segment of each token for a pair (None for one text)."""
         tokenizer, _, _, limit = self._load()
+        if pair is not None:
+            whole = tokenizer(text, pair, verbose=False)
+            full = len(whole["input_ids"])
+            if full <= limit:
+                return list(whole["input_ids"]), full, _types(whole)
+            for strategy in ("only_first", "longest_first"):
+                try:
+                    cut = tokenizer(text, pair, truncation=strategy, max_length=limit, verbose=False)
+                except Exception:  # only_first cannot make room: the agent turn alone is too long
+                    continue
+                if len(cut["input_ids"]) <= limit:
+                    return list(cut["input_ids"]), full, _types(cut)
+            raise ValueError(f"the user and agent turns do not fit the classifier's {limit} tokens")
+        ids, full = self._encode_one(tokenizer, limit, text)
+        return ids, full, None
+
+    def _encode_one(self, tokenizer, limit: int, text: str) -> tuple[list[int], int]:
         encoded = tokenizer(text, return_special_tokens_mask=True, verbose=False)
         ids, special = list(encoded["input_ids"]), list(encoded["special_tokens_mask"])
         if len(ids) <= limit:
@@ -393,13 +427,18 @@ class HFClassifierBackend:
 
         tokenizer, model, device, limit = self._load()
         self.batches.append(len(rows))
-        encoded = [self.encode(row.text) for row in rows]
+        typed = [self.encode_with_types(row.text, row.pair) for row in rows]
+        encoded = [(ids_, full) for ids_, full, _ in typed]
         width = max(len(ids) for ids, _ in encoded)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in encoded], device=device)
         mask = torch.tensor([[1] * len(ids_) + [0] * (width - len(ids_)) for ids_, _ in encoded], device=device)
+        inputs = {"input_ids": ids, "attention_mask": mask}
+        if any(types is not None for _, _, types in typed):  # sentence pairs: the second segment marked
+            inputs["token_type_ids"] = torch.tensor(
+                [(types or [0] * len(ids_)) + [0] * (width - len(ids_)) for ids_, _, types in typed], device=device)
         with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=mask).logits.float().cpu()
+            logits = model(**inputs).logits.float().cpu()
         multi = getattr(model.config, "problem_type", None) == "multi_label_classification"
         scores = torch.nn.functional.logsigmoid(logits) if multi else torch.log_softmax(logits, dim=-1)
         names = [str(model.config.id2label[i]) for i in range(logits.shape[-1])]
@@ -418,6 +457,13 @@ class HFClassifierBackend:
     async def aclose(self) -> None:
         self._closed = True
         self._wake.set()
+
+
+def _types(encoded) -> list[int] | None:
+    """The segment ids a tokenizer gave a pair (None where it gives none: RoBERTa-style
+    models tell the segments apart by their separator alone)."""
+    types = encoded.get("token_type_ids") if hasattr(encoded, "get") else None
+    return list(types) if types is not None else None
 
 
 def _settle(future: asyncio.Future, exc: BaseException | None) -> None:
