@@ -223,6 +223,9 @@ def build_backend(
 ):
     provider = provider_of(spec)
     key = provider.api_key(spec, option, key_required)
+    from .transport import keep_loopback_off_proxies
+
+    keep_loopback_off_proxies()  # a machine's proxy never carries calls to its own servers
     if spec.replicas:
         from .replicas import ReplicaBackend
 

@@ -323,6 +323,9 @@ class ManagedServer:
     def wait_ready(self, timeout_s: float, progress) -> None:
         """Poll /v1/models until it answers; ConfigError quoting the log if the server
         exits or ``timeout_s`` passes."""
+        from .transport import keep_loopback_off_proxies
+
+        keep_loopback_off_proxies()  # the probe goes to 127.0.0.1, never through a proxy
         next_note = self.started_s + PROGRESS_EVERY_S
         while True:
             code = self.process.poll()

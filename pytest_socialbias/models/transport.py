@@ -7,11 +7,40 @@ per call, measured with py-spy). The SDKs' own aiohttp transport (the ``aiohttp`
 of openai and anthropic) does the same work in about 1.5-2 ms per call, so it is used
 whenever aiohttp is installed (it is a dependency of this package); retries, timeouts
 and Retry-After handling stay the SDKs' own.
+
+A proxy set for the machine (``http_proxy``, ``HTTPS_PROXY``, ``ALL_PROXY``: common on
+corporate CI runners) must never carry a call to this machine's own servers (the ones a
+run starts, a local vLLM or llama.cpp, the fake server of the tests): through the proxy
+they time out or are refused while the server runs. ``keep_loopback_off_proxies`` adds
+the loopback names to ``NO_PROXY``/``no_proxy``, which httpx, aiohttp and urllib all
+honour, before any client or readiness probe is built.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+
+#: Proxy variables, as the HTTP libraries read them (either case).
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy")
+#: This machine's own names; 127.0.0.1 covers the servers the run starts.
+LOOPBACK = ("localhost", "127.0.0.1", "::1")
+
+
+def keep_loopback_off_proxies(environ=None) -> None:
+    """Where a proxy variable is set, make sure NO_PROXY and no_proxy name the loopback
+    hosts (appended to what they hold; nothing changes without a proxy variable)."""
+    environ = os.environ if environ is None else environ
+    if not any(environ.get(name) or environ.get(name.upper()) for name in PROXY_VARIABLES):
+        return
+    held = [part.strip() for name in ("NO_PROXY", "no_proxy") for part in environ.get(name, "").split(",") if part.strip()]
+    if "*" in held:
+        return
+    missing = [host for host in LOOPBACK if host not in held]
+    if not missing:
+        return
+    value = ",".join(dict.fromkeys(held + missing))
+    environ["NO_PROXY"] = environ["no_proxy"] = value
 
 
 def aiohttp_client(sdk, shared: dict | None = None):
