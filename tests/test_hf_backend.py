@@ -41,6 +41,10 @@ def test_hf_settings_are_checked_and_kept_apart_from_decoding():
         check_spec(parse_spec("hf:/ckpt/m?devise=cpu"), "--target")
     with pytest.raises(ConfigError, match="max_batch=0"):
         check_spec(parse_spec("hf:/ckpt/m?max_batch=0"), "--target")
+    # A decoding parameter the backend does not take is refused with the spec, before the run.
+    with pytest.raises(ConfigError, match="takes no parameter top_k; its decoding parameters: temperature"):
+        check_spec(parse_spec("hf:/ckpt/m?top_k=5"), "--target")
+    check_spec(parse_spec("hf:/ckpt/m?temperature=none"), "--target")  # dropping one is fine
 
 
 needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs the gpu extra (torch, transformers, gguf) and the local extra")
@@ -84,6 +88,47 @@ def test_greedy_answers_do_not_depend_on_batch_company_and_seeds_are_per_request
     sampled = model(f"hf:{gguf()}?device=cpu&max_batch=6&batch_wait_ms=200")
     second = asyncio.run(_ask(sampled, MESSAGES[:3], max_tokens=10, temperature=1.0, seed=7))
     assert [a.text for a in first] == [a.text for a in second]
+
+
+#: Prompts of different token lengths: a batch of them is left-padded.
+VARIED = [[{"role": "user", "content": text}] for text in (
+    "Hi.", "Name a colour.", "Tell me, in one short sentence, what you would pack for a week of rain in the hills.",
+    "Say a number between one and ten, please, and nothing else at all.", "Why?",
+)]
+
+
+@needs_torch
+def test_padded_batches_answer_as_each_prompt_alone_in_float32():
+    """Left padding, the attention mask and the positions must leave every row as it would
+    be alone: greedy answers equal, token for token. (In bfloat16 they need not: on this
+    CPU 2 of these 5 prompts came out otherwise within 12 tokens, batched against alone;
+    docs/models.md says so.)"""
+    alone = model(f"hf:{gguf()}?device=cpu&max_batch=1&batch_wait_ms=0&dtype=float32")
+    together = model(f"hf:{gguf()}?device=cpu&max_batch=8&batch_wait_ms=300&dtype=float32")
+    one = asyncio.run(_ask(alone, VARIED, max_tokens=12, temperature=0.0))
+    batched = asyncio.run(_ask(together, VARIED, max_tokens=12, temperature=0.0))
+    assert BATCHES == [[5]]  # one padded batch of all five
+    assert [a.text for a in one] == [a.text for a in batched]
+
+
+@needs_torch
+def test_a_load_that_fails_is_tried_once_per_process(monkeypatch, tmp_path):
+    from pytest_socialbias.errors import ModelCallError
+    from pytest_socialbias.models import hf_backend
+
+    calls = []
+
+    def fails(self):
+        calls.append(1)
+        raise RuntimeError("CUDA out of memory while moving the model")
+
+    monkeypatch.setattr(hf_backend.HFBackend, "_load_model", fails)
+    monkeypatch.setattr(hf_backend, "_FAILED", {})
+    m = model(f"hf:{tmp_path}/m?device=cpu")
+    for _ in range(3):
+        with pytest.raises((ModelCallError, Exception), match="cannot load the model: RuntimeError: CUDA out of memory"):
+            asyncio.run(_ask(m, MESSAGES[:1], max_tokens=4))
+    assert len(calls) == 1
 
 
 @needs_torch

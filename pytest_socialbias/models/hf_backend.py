@@ -44,7 +44,11 @@ DEFAULT_MAX_TOKENS = 256
 SETTINGS = ("device", "dtype", "max_batch", "batch_wait_ms", "gguf_file")
 #: Models loaded in this process: (model, device, dtype, gguf_file, gpus) -> (tokenizer, model, device).
 _LOADED: dict = {}
+#: Loads that failed in this process, by the same key: the error every later call gets.
+_FAILED: dict = {}
 _LOADED_LOCK = threading.Lock()
+#: The decoding parameters this backend takes; any other is refused with the spec.
+DECODING = ("temperature", "top_p", "max_tokens", "seed")
 #: Every batch this process decoded: (rows, generated tokens, seconds); for benchmarks.
 BATCH_LOG: list = []
 
@@ -63,6 +67,12 @@ def check_spec(spec, option: str) -> None:
         raise ConfigError(
             f"{option}={spec}: unknown hf setting(s) {', '.join(unknown)}; known: {', '.join(SETTINGS)} "
             "(decoding parameters: temperature, top_p, max_tokens, seed)"
+        )
+    refused = sorted(name for name, value in spec.params.items() if name not in DECODING and value is not None)
+    if refused:
+        raise ConfigError(
+            f"{option}={spec}: the hf backend takes no parameter {', '.join(refused)}; its decoding parameters: "
+            f"{', '.join(DECODING)} (serve the model with vllm: or server: for others)"
         )
     for name in ("max_batch",):
         value = spec.runtime.get(name)
@@ -137,8 +147,18 @@ class HFBackend:
             settings = self.spec.runtime
             key = (self.spec.model, settings.get("device"), settings.get("dtype"), settings.get("gguf_file"), self.gpus)
             with _LOADED_LOCK:
+                if key in _FAILED:  # a load that failed is not tried again for every case
+                    raise _FAILED[key]
                 if key not in _LOADED:
-                    _LOADED[key] = self._load_model()
+                    try:
+                        _LOADED[key] = self._load_model()
+                    except ConfigError as exc:
+                        _FAILED[key] = exc
+                        raise
+                    except Exception as exc:  # late failures too: out of memory while moving it
+                        _FAILED[key] = ConfigError(f"{self.option}={self.spec}: cannot load the model: "
+                                                   f"{type(exc).__name__}: {exc}")
+                        raise _FAILED[key] from None
             self._tokenizer, self._model, self._device = _LOADED[key]
 
     def _load_model(self) -> tuple:
@@ -182,7 +202,7 @@ class HFBackend:
     ) -> ChatResponse:
         if self._model is None:
             await asyncio.to_thread(self._load)
-        unknown = sorted(set(params) - {"temperature", "top_p", "max_tokens", "seed"})
+        unknown = sorted(set(params) - set(DECODING))
         if unknown:
             raise ConfigError(
                 f"{self.option}={self.spec}: the hf backend takes no parameter {', '.join(unknown)}; "
@@ -259,6 +279,9 @@ class HFBackend:
                 row.loop.call_soon_threadsafe(_finish, row.future)
 
     def _decode(self, rows: list[_Row]) -> None:
+        """One decode loop for the batch. Each step keeps only the last position's logits
+        (``logits_to_keep``), picks every row's token on the device in one go
+        (``_pick_batch``) and copies the chosen tokens to the host once."""
         import torch
 
         self.batches.append(len(rows))
@@ -268,26 +291,28 @@ class HFBackend:
         pad = tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows], device=device)
         mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], device=device)
-        generators = [torch.Generator(device="cpu").manual_seed(r.seed) for r in rows]
+        kind = torch.device(device).type
+        generators = [torch.Generator(device=kind).manual_seed(r.seed) for r in rows]
+        temperature = torch.tensor([r.temperature for r in rows], device=device, dtype=torch.float32)
+        top_p = torch.tensor([r.top_p for r in rows], device=device, dtype=torch.float32)
         eos = set(_eos_ids(model, tokenizer))
+        parameters = inspect.signature(model.forward).parameters
         # The KV cache argument is ``cache`` in newer transformers, ``past_key_values`` before.
-        cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        cache_arg = "cache" if "cache" in parameters else "past_key_values"
+        keep = next(({name: 1} for name in ("logits_to_keep", "num_logits_to_keep") if name in parameters), {})
         past = None
         steps = max(r.max_tokens if r.choices is None else max(len(c) for c in r.choices) for r in rows)
         with torch.no_grad():
             for step in range(steps):
                 positions = (mask.cumsum(-1) - 1).clamp(min=0)
                 if past is None:
-                    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+                    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **keep)
                 else:
                     out = model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
-                                use_cache=True, **{cache_arg: past})
+                                use_cache=True, **{cache_arg: past}, **keep)
                 past = getattr(out, cache_arg, None)
-                logits = out.logits[:, -1, :].float().cpu()
-                chosen = []
-                for index, row in enumerate(rows):
-                    token = pad if row.done else self._pick(row, logits[index], generators[index], step)
-                    chosen.append(token)
+                chosen = self._pick_batch(rows, out.logits[:, -1, :].float(), generators, step, temperature, top_p)
+                for row, token in zip(rows, chosen):
                     if row.done:
                         continue
                     row.tokens.append(token)
@@ -301,43 +326,68 @@ class HFBackend:
                         row.done, row.finish = True, FINISH_LENGTH
                 if all(r.done for r in rows):
                     break
+                chosen = [pad if row.done else token for row, token in zip(rows, chosen)]
                 ids = torch.cat([ids, torch.tensor(chosen, device=device)[:, None]], dim=1)
                 mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
         for row in rows:
             row.done = True
         BATCH_LOG.append((len(rows), sum(len(r.tokens) for r in rows), time.perf_counter() - started))
 
-    def _pick(self, row: _Row, logits, generator, step: int) -> int:
+    def _pick_batch(self, rows: list[_Row], logits, generators, step: int, temperature, top_p) -> list[int]:
+        """Every row's next token, on the device: labels enforced by a mask, greedy where
+        the temperature is 0, else a draw from the tempered distribution cut to its top-p
+        set (Gumbel-max, with noise from the row's own generator, so a row's draw never
+        depends on what shares its batch). One host copy of the chosen tokens (and of
+        the log-probabilities of the rows that asked for them)."""
         import torch
 
-        logprobs = torch.log_softmax(logits, dim=-1)
-        scores = logits.clone()
-        if row.choices is not None:
-            allowed = {c[step] for c in row.choices if len(c) > step and c[:step] == row.tokens}
-            keep = torch.full_like(scores, float("-inf"))
-            index = torch.tensor(sorted(allowed))
-            keep[index] = scores[index]
-            scores = keep
-        if row.temperature <= 0:
-            token = int(torch.argmax(scores))
-        else:
-            probs = torch.softmax(scores / row.temperature, dim=-1)
-            if row.top_p < 1.0:
-                ordered, order = torch.sort(probs, descending=True)
-                cumulative = torch.cumsum(ordered, dim=-1)
-                cut = cumulative - ordered > row.top_p  # keep the smallest set reaching top_p
-                ordered[cut] = 0.0
-                probs = torch.zeros_like(probs).scatter(0, order, ordered)
-            token = int(torch.multinomial(probs / probs.sum(), 1, generator=generator))
-        if row.top_logprobs is not None:
+        count, vocabulary = logits.shape
+        logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution, for the report
+        scores = logits
+        held = [i for i, row in enumerate(rows) if row.choices is not None and not row.done]
+        if held:
+            allowed = torch.zeros_like(scores, dtype=torch.bool)
+            for i in held:
+                row = rows[i]
+                tokens = sorted({c[step] for c in row.choices if len(c) > step and c[:step] == row.tokens})
+                allowed[i, tokens] = True
+            constrained = torch.zeros(count, dtype=torch.bool, device=scores.device)
+            constrained[held] = True
+            scores = scores.masked_fill(constrained[:, None] & ~allowed, float("-inf"))
+        greedy = temperature <= 0
+        chosen = torch.argmax(scores, dim=-1)
+        if not bool(greedy.all()):
+            probs = torch.softmax(scores / torch.where(greedy, 1.0, temperature)[:, None], dim=-1)
+            if bool((top_p < 1.0).any()):
+                ordered, order = torch.sort(probs, dim=-1, descending=True)
+                cut = torch.cumsum(ordered, dim=-1) - ordered > top_p[:, None]  # the smallest set reaching top_p
+                probs = torch.zeros_like(probs).scatter(1, order, ordered.masked_fill(cut, 0.0))
+            noise = torch.stack([
+                torch.rand(vocabulary, generator=generators[i], device=scores.device) if not bool(greedy[i])
+                else torch.full((vocabulary,), 0.5, device=scores.device)
+                for i in range(count)
+            ])
+            gumbel = -torch.log(-torch.log(noise.clamp(1e-20, 1.0 - 1e-7)))
+            sampled = torch.argmax(torch.log(probs) + gumbel, dim=-1)
+            chosen = torch.where(greedy, chosen, sampled)
+        tokens = chosen.tolist()
+        wanted = [i for i, row in enumerate(rows) if row.top_logprobs is not None and not row.done]
+        if wanted:
+            k = max(1, max(rows[i].top_logprobs for i in wanted))
+            index = torch.tensor(wanted, device=logprobs.device)
+            picked = logprobs[index].gather(1, chosen[index][:, None]).squeeze(1).tolist()
+            top = torch.topk(logprobs[index], k, dim=-1)
+            values, positions = top.values.tolist(), top.indices.tolist()
             tokenizer = self._tokenizer
-            top = torch.topk(logprobs, max(1, row.top_logprobs))
-            row.logprobs.append({
-                "token": tokenizer.decode([token]),
-                "logprob": float(logprobs[token]),
-                "top": [{"token": tokenizer.decode([int(t)]), "logprob": float(v)} for v, t in zip(top.values, top.indices)],
-            })
-        return token
+            for n, i in enumerate(wanted):
+                row = rows[i]
+                row.logprobs.append({
+                    "token": tokenizer.decode([tokens[i]]),
+                    "logprob": float(picked[n]),
+                    "top": [{"token": tokenizer.decode([t]), "logprob": float(v)}
+                            for v, t in list(zip(values[n], positions[n]))[: max(1, row.top_logprobs)]],
+                })
+        return tokens
 
     async def aclose(self) -> None:
         self._closed = True
