@@ -5,6 +5,8 @@ the aggregator (aggregate.py) to ask the judge about reference labels.
 
 from __future__ import annotations
 
+import sys
+
 import threading
 from dataclasses import dataclass
 
@@ -206,6 +208,16 @@ class ModelSet:
             if share is not None:
                 out[role] = plans_for(spec, option, *share)
         return out
+
+    def missing_servers(self) -> list[str]:
+        """What a run would need to start its managed servers and this machine lacks (a
+        dry run says so instead of planning a run that cannot start)."""
+        from .models.managed import VLLM_HINT, vllm_executable
+
+        if not any(spec.provider == "vllm" for spec in self.specs.values()) or vllm_executable():
+            return []
+        return [f"vLLM is not installed here (no vllm beside {sys.executable} or on PATH): the run would stop "
+                f"before its first case; {VLLM_HINT}"]
 
     def start_servers(self) -> None:
         """Start this process's managed servers (never for a dry run or a replay, which

@@ -293,9 +293,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
                 f"{'GPUs ' + state.settings.gpus if state.settings.gpus else 'the visible GPUs'} "
                 f"(logs .socialbias/servers/*-gwN.log)"
             )
-    if any(spec.provider in ("hf", "hfcls") for spec in state.models.specs.values()):
-        where = f"GPU ids {state.settings.gpus} round robin over workers" if state.settings.gpus else "cuda where available, else cpu"
-        lines.append(f"socialbias: hf models run in each process, on its device= or {where}")
+    in_process = {role: spec for role, spec in state.models.specs.items() if spec.provider in ("hf", "hfcls")}
+    if in_process:
+        from .models.hf_backend import device_plan
+
+        for role, spec in sorted(in_process.items()):
+            lines.append(f"socialbias: {role} ({spec.provider}:) runs in each process that runs cases, "
+                         f"{device_plan(spec, state.settings.gpus, roles.xdist_workers(config))}")
     head = state.models.classifier
     if head is not None:
         from .judges.classifier import THREE_CLASS

@@ -117,7 +117,7 @@ class CaseRunner:
                     if key != "replicas":  # a dry run is served by no replica
                         setattr(total, key, getattr(total, key) + value)
         problems = sorted({e["kind"] for r in records for e in r["errors"] if e["kind"] != GUARD_ERROR})
-        return {"cases": len(cases), "usage": usage.to_dict(), "problems": problems}
+        return {"cases": len(cases), "usage": usage.to_dict(), "problems": problems, "missing": self.models.missing_servers()}
 
     def planned_calls(self, cases: list) -> dict[str, int]:
         """Case key -> the calls the dry run counts for it (every role, repeats included),

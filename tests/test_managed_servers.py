@@ -258,7 +258,7 @@ def test_vllm_spec_becomes_a_vllm_serve_command_and_a_key_without_port():
     assert parsed.runtime == {"tensor_parallel_size": 2, "max_model_len": 4096, "enforce_eager": True}
     plan = managed.plan_for(parsed, "--target", "0,1")
     assert list(plan.command) == [
-        "vllm", "serve", "/ckpt/my-model", "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager",
+        managed.vllm_executable() or "vllm", "serve", "/ckpt/my-model", "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager",
         "--max-model-len", "4096", "--tensor-parallel-size", "2",
     ]
     assert dict(plan.env) == {"CUDA_VISIBLE_DEVICES": "0,1"}
@@ -266,6 +266,31 @@ def test_vllm_spec_becomes_a_vllm_serve_command_and_a_key_without_port():
     same = parse_spec("vllm:/ckpt/my-model?max_model_len=4096&tensor_parallel_size=2&enforce_eager=true&temperature=0.9")
     other = parse_spec("vllm:/ckpt/my-model?tensor_parallel_size=1")
     assert managed.server_key(parsed) == managed.server_key(same) != managed.server_key(other)
+
+
+def test_vllm_is_found_beside_the_interpreter_and_its_absence_is_named(tmp_path, monkeypatch, pytester):
+    """An environment that is not activated still finds its own vllm; where there is none,
+    the dry run warns and the run stops with what to do."""
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "vllm").chmod(0o755)
+    with monkeypatch.context() as patched:
+        patched.setattr(sys, "executable", str(bin_dir / "python"))
+        patched.setenv("PATH", "/usr/bin:/bin")
+        assert managed.vllm_executable() == str(bin_dir / "vllm")
+        (bin_dir / "vllm").unlink()
+        assert managed.vllm_executable() is None
+    if managed.vllm_executable() is not None:
+        pytest.skip("vLLM is installed here: its absence cannot show")
+    write_suite(pytester.path)
+    vllm = "vllm:/ckpt/my-model"
+    dry = pytester.runpytest_subprocess("tiny.yaml", f"--target={vllm}", f"--judge={vllm}", "--socialbias-dry-run",
+                                        "-p", "no:cacheprovider")
+    dry.stdout.fnmatch_lines(["*WARNING: vLLM is not installed here*pip install vllm*openai:MODEL@http://HOST:PORT/v1*"])
+    run = pytester.runpytest_subprocess("tiny.yaml", f"--target={vllm}", f"--judge={vllm}", "-p", "no:cacheprovider")
+    assert run.ret == pytest.ExitCode.USAGE_ERROR
+    assert "cannot start the vllm server for /ckpt/my-model" in run.stderr.str() and "pip install vllm" in run.stderr.str()
 
 
 def test_checkpoint_identity_follows_content_not_path(tmp_path):

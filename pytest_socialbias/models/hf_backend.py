@@ -96,6 +96,21 @@ def worker_device(gpus: str | None) -> str:
     return f"cuda:{ids[index % len(ids)]}" if ids else "cpu"
 
 
+def device_plan(spec, gpus: str | None, workers: int) -> str:
+    """Where ``spec``'s model will run, in words, as ``worker_device`` will choose: its
+    ``device=``, else each process's CUDA device (per xdist worker), else the CPU."""
+    if spec.runtime.get("device"):
+        return f"on {spec.runtime['device']} (its device=)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "on cpu (no CUDA device visible to this process)"
+    ids = [int(x) for x in gpus.split(",")] if gpus else list(range(torch.cuda.device_count()))
+    if not workers:
+        return f"on cuda:{ids[0]}"
+    return "on " + ", ".join(f"cuda:{ids[i % len(ids)]} for gw{i}" for i in range(workers))
+
+
 @dataclass
 class _Row:
     """One request in a batch."""

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -126,10 +127,22 @@ def _flag(name: str, value) -> list[str]:
     return [flag, value if isinstance(value, str) else json.dumps(value)]
 
 
+#: What to do when vLLM is not there.
+VLLM_HINT = ("install it on the GPU machine (pip install vllm, in this environment), or serve the model yourself "
+             "and pass openai:MODEL@http://HOST:PORT/v1")
+
+
+def vllm_executable() -> str | None:
+    """The ``vllm`` command of this Python environment (beside its interpreter, so an
+    environment that is not activated still finds its own), else the one on PATH."""
+    return shutil.which("vllm", path=str(Path(sys.executable).parent)) or shutil.which("vllm")
+
+
 def vllm_command(spec) -> list[str]:
     """``vllm serve MODEL --host 127.0.0.1 --port {port}`` plus the spec's server arguments
-    as flags (``tensor_parallel_size=2`` -> ``--tensor-parallel-size 2``; ``true`` -> a bare flag)."""
-    command = ["vllm", "serve", spec.model, "--host", "127.0.0.1", "--port", "{port}"]
+    as flags (``tensor_parallel_size=2`` -> ``--tensor-parallel-size 2``; ``true`` -> a bare flag).
+    ``vllm`` is this environment's own where it has one (``vllm_executable``)."""
+    command = [vllm_executable() or "vllm", "serve", spec.model, "--host", "127.0.0.1", "--port", "{port}"]
     for name, value in sorted(spec.runtime.items()):
         if name in ("command", "gpus", "placement", "replicas"):
             continue
@@ -313,9 +326,10 @@ class ManagedServer:
                     start_new_session=True, preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509
                 )
             except OSError as exc:
+                hint = VLLM_HINT if self.plan.provider == "vllm" else "is it installed and on PATH?"
                 raise ConfigError(
                     f"cannot start the {self.plan.provider} server for {self.plan.model}: {command[0]}: "
-                    f"{exc.strerror or exc} (is it installed and on PATH?)"
+                    f"{exc.strerror or exc}; {hint}"
                 ) from None
         self.pid_path.write_text(f"{self.process.pid}\n")
         self.started_s = time.monotonic()

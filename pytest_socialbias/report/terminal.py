@@ -393,6 +393,7 @@ def dry_run_lines(plan: dict) -> list[str]:
     lines.append(" breaks and unreadable judge answers come on top)")
     if plan.get("problems"):
         lines.append(f"the plan met: {', '.join(plan['problems'])} (e.g. a replay-only cache missing entries)")
+    lines += [f"WARNING: {missing}" for missing in plan.get("missing", [])]
     return lines
 
 
