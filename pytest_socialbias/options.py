@@ -116,11 +116,11 @@ def _sample(raw, option: Option, where: Where):
 
 
 def _gpus(raw, option: Option, where: Where) -> str:
-    """GPU ids, comma-separated (as CUDA_VISIBLE_DEVICES takes them)."""
-    ids = [part.strip() for part in str(raw).split(",")]
-    if not ids or not all(part.isdigit() for part in ids) or len(set(ids)) != len(ids):
-        raise ConfigError(f"{option.flag}={raw!r}: expected distinct GPU ids separated by commas, e.g. 0,1,2,3")
-    return ",".join(ids)
+    """GPUs, comma-separated: indices into the devices this process can see (an inherited
+    CUDA_VISIBLE_DEVICES respected), or UUIDs (GPU-...) and MIG ids (MIG-...)."""
+    from .models.managed import check_gpus
+
+    return check_gpus(str(raw), option.flag)
 
 
 def _seconds(raw, option: Option, where: Where) -> float:
@@ -208,9 +208,10 @@ OPTIONS: tuple[Option, ...] = (
                "then the judge asks whether the turn reveals the test or states the stereotype and whether it "
                "follows from the conversation; two judge calls per turn, cached); a flagged turn is drawn again")),
     Option("--socialbias-gpus", "socialbias_gpus", "gpus", metavar="IDS", parse=_gpus, help=(
-        "GPUs for the servers the run starts (vllm:, server:; split between workers with placement=worker) "
-        "and for hf: models (one per worker, round robin), as CUDA_VISIBLE_DEVICES takes "
-        "them, e.g. 0,1,2,3 (default: all visible)")),
+        "GPUs for the servers the run starts (vllm:, server:; split between workers with placement=worker, or "
+        "between replicas=) and for hf: models (one per worker, round robin): indices into the GPUs this process "
+        "can see (with CUDA_VISIBLE_DEVICES=4,5 set by a scheduler, 0,1 are 4 and 5), or GPU-/MIG- UUIDs, "
+        "e.g. 0,1,2,3 (default: all visible)")),
     Option("--socialbias-server-timeout", "socialbias_server_timeout", "server_timeout", metavar="SECONDS",
            parse=_seconds, help="how long a started server may take to answer (default 900)"),
     Option("--socialbias-threads", "socialbias_threads", "local_threads", metavar="N", parse=_whole(1),

@@ -90,7 +90,9 @@ def worker_device(gpus: str | None) -> str:
 
     if not torch.cuda.is_available():
         return "cpu"
-    ids = [int(x) for x in gpus.split(",")] if gpus else list(range(torch.cuda.device_count()))
+    from .managed import logical
+
+    ids = logical(gpus) if gpus else list(range(torch.cuda.device_count()))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(worker[2:]) if worker[2:].isdigit() else 0
     return f"cuda:{ids[index % len(ids)]}" if ids else "cpu"
@@ -105,10 +107,19 @@ def device_plan(spec, gpus: str | None, workers: int) -> str:
 
     if not torch.cuda.is_available():
         return "on cpu (no CUDA device visible to this process)"
-    ids = [int(x) for x in gpus.split(",")] if gpus else list(range(torch.cuda.device_count()))
+    from .managed import logical
+
+    ids = logical(gpus) if gpus else list(range(torch.cuda.device_count()))
+    from .managed import visible_devices
+
+    visible = visible_devices()
+
+    def shown(n: int) -> str:  # with the physical device where a scheduler renumbered them
+        return f"cuda:{n}" + (f" (CUDA_VISIBLE_DEVICES entry {visible[n]})" if visible and n < len(visible) else "")
+
     if not workers:
-        return f"on cuda:{ids[0]}"
-    return "on " + ", ".join(f"cuda:{ids[i % len(ids)]} for gw{i}" for i in range(workers))
+        return f"on {shown(ids[0])}"
+    return "on " + ", ".join(f"{shown(ids[i % len(ids)])} for gw{i}" for i in range(workers))
 
 
 @dataclass

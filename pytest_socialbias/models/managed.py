@@ -185,6 +185,59 @@ def placement(spec, option: str = "--target") -> str:
     return value
 
 
+def visible_devices(environ=None) -> list[str] | None:
+    """The entries of an inherited CUDA_VISIBLE_DEVICES (ids, UUIDs, MIG ids), or None when
+    it is not set (every GPU of the machine is visible, by its index)."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _is_uuid(entry: str) -> bool:
+    return entry.startswith(("GPU-", "MIG-"))
+
+
+def check_gpus(raw: str, flag: str = "--socialbias-gpus", environ=None) -> str:
+    """``--socialbias-gpus`` checked: distinct indices into the visible devices, or UUIDs /
+    MIG ids; ConfigError naming the flag and what this process sees."""
+    entries = [part.strip() for part in raw.split(",")]
+    if not entries or not all(e.isdigit() or _is_uuid(e) for e in entries) or len(set(entries)) != len(entries):
+        raise ConfigError(f"{flag}={raw!r}: expected distinct GPU indices (0,1,2,3) or GPU-/MIG- UUIDs, "
+                          "separated by commas")
+    visible = visible_devices(environ)
+    if visible is not None:
+        for entry in entries:
+            if entry.isdigit() and int(entry) >= len(visible):
+                raise ConfigError(
+                    f"{flag}={raw}: index {entry} is beyond the {len(visible)} GPU(s) this process can see "
+                    f"(CUDA_VISIBLE_DEVICES={','.join(visible)}): indices count within that list, from 0"
+                )
+            if _is_uuid(entry) and entry not in visible:
+                raise ConfigError(f"{flag}={raw}: {entry} is not among the GPUs this process can see "
+                                  f"(CUDA_VISIBLE_DEVICES={','.join(visible)})")
+    return ",".join(entries)
+
+
+def physical(gpus: str | None, environ=None) -> str | None:
+    """What a started server's CUDA_VISIBLE_DEVICES must hold for ``gpus`` (indices mapped
+    through an inherited CUDA_VISIBLE_DEVICES, UUIDs as they are); None: as inherited."""
+    if gpus is None:
+        return None
+    visible = visible_devices(environ)
+    return ",".join(visible[int(e)] if e.isdigit() and visible is not None else e for e in gpus.split(","))
+
+
+def logical(gpus: str | None, environ=None) -> list[int] | None:
+    """The ``cuda:N`` numbers of ``gpus`` inside this process (indices as they are, UUIDs by
+    their place in the inherited CUDA_VISIBLE_DEVICES); None when not given."""
+    if gpus is None:
+        return None
+    visible = visible_devices(environ) or []
+    return [int(e) if e.isdigit() else visible.index(e) for e in gpus.split(",")]
+
+
 def gpu_share(gpus: str | None, worker: int, workers: int) -> str | None:
     """Worker ``worker`` of ``workers``' share of ``gpus`` (contiguous, as even as the count
     allows; a worker beyond the GPUs shares round robin); None leaves the GPUs as they are."""
@@ -216,7 +269,7 @@ def plan_for(spec, option: str, gpus: str | None, worker: str | None = None) -> 
     per-worker server, so each worker's has a key, log and port of its own."""
     placement(spec, option)
     command = vllm_command(spec) if spec.provider == "vllm" else template_command(spec, option)
-    env = (("CUDA_VISIBLE_DEVICES", gpus),) if gpus is not None else ()
+    env = (("CUDA_VISIBLE_DEVICES", physical(gpus)),) if gpus is not None else ()
     key = server_key(spec) if worker is None else json.dumps([server_key(spec), worker])
     return ServerPlan(key, spec.provider, spec.model, tuple(command), env, worker, server_key(spec))
 
@@ -231,7 +284,7 @@ def plans_for(spec, option: str, gpus: str | None, worker: str | None = None) ->
     plans = []
     for replica in range(1, count + 1):
         share = gpu_share(gpus, replica - 1, count)
-        env = (("CUDA_VISIBLE_DEVICES", share),) if share is not None else ()
+        env = (("CUDA_VISIBLE_DEVICES", physical(share)),) if share is not None else ()
         plans.append(dataclasses.replace(plan, key=_replica_key(plan.key, replica), env=env, replica=replica))
     return plans
 
