@@ -300,6 +300,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         for role, spec in sorted(in_process.items()):
             lines.append(f"socialbias: {role} ({spec.provider}:) runs in each process that runs cases, "
                          f"{device_plan(spec, state.settings.gpus, roles.xdist_workers(config))}")
+            batch = spec.runtime.get("max_batch", 16 if spec.provider == "hf" else 32)
+            if isinstance(batch, int) and batch > state.settings.concurrency:
+                lines.append(f"socialbias: {role}: max_batch={batch}, but at most {state.settings.concurrency} calls "
+                             "are in flight per process, for every role together (--socialbias-concurrency): "
+                             "batches stay smaller; raise the concurrency to fill them")
     head = state.models.classifier
     if head is not None:
         from .judges.classifier import THREE_CLASS

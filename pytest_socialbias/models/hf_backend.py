@@ -18,7 +18,8 @@ settings:
 
 Settings, as spec parameters (never sent, not in the cache key): ``device`` (default cuda
 when available, else cpu; under xdist a worker takes the ``--socialbias-gpus`` id of its
-index), ``dtype`` (auto, float32, float16, bfloat16), ``max_batch`` (default 16),
+index), ``device_map`` (``auto``: one model spread over the visible GPUs; the model is
+always loaded straight onto its device), ``dtype`` (auto, float32, float16, bfloat16), ``max_batch`` (default 16),
 ``batch_wait_ms`` (default 5), ``gguf_file`` (a GGUF file inside a folder). A ``.gguf`` file
 as the model loads through transformers' GGUF support (dequantised), so the embedded
 SmolLM2 serves this path in tests. Needs the ``gpu`` extra (torch, transformers, gguf).
@@ -41,7 +42,7 @@ INSTALL_HINT = "pip install 'pytest-socialbias[gpu]' (torch, transformers and gg
 DEFAULT_MAX_BATCH = 16
 DEFAULT_BATCH_WAIT_MS = 5.0
 DEFAULT_MAX_TOKENS = 256
-SETTINGS = ("device", "dtype", "max_batch", "batch_wait_ms", "gguf_file")
+SETTINGS = ("device", "device_map", "dtype", "max_batch", "batch_wait_ms", "gguf_file")
 #: Models loaded in this process: (model, device, dtype, gguf_file, gpus) -> (tokenizer, model, device).
 _LOADED: dict = {}
 #: Loads that failed in this process, by the same key: the error every later call gets.
@@ -101,6 +102,8 @@ def worker_device(gpus: str | None) -> str:
 def device_plan(spec, gpus: str | None, workers: int) -> str:
     """Where ``spec``'s model will run, in words, as ``worker_device`` will choose: its
     ``device=``, else each process's CUDA device (per xdist worker), else the CPU."""
+    if spec.runtime.get("device_map"):
+        return f"spread by device_map={spec.runtime['device_map']} over the GPUs the process sees"
     if spec.runtime.get("device"):
         return f"on {spec.runtime['device']} (its device=)"
     import torch
@@ -163,6 +166,8 @@ class HFBackend:
         self._closed = False
         #: Batches run and rows per batch, for benchmarks and tests.
         self.batches: list[int] = []
+        #: Rows computed over every step of every batch (a finished row stops counting).
+        self.row_steps = 0
 
     # ---- loading ----------------------------------------------------------------------
 
@@ -206,14 +211,19 @@ class HFBackend:
             source, kwargs["gguf_file"] = str(path.parent), path.name
         elif settings.get("gguf_file"):
             kwargs["gguf_file"] = settings["gguf_file"]
+        # Loaded straight onto its device (no copy of the whole model in host memory first);
+        # device_map=auto spreads a model too large for one GPU over the visible ones.
+        device_map = settings.get("device_map") or device
         try:
             tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(
-                source, dtype=dtypes[dtype] if dtype != "auto" or device != "cpu" else torch.float32, **kwargs
+                source, dtype=dtypes[dtype] if dtype != "auto" or device != "cpu" else torch.float32,
+                device_map=device_map, **kwargs,
             )
         except (OSError, ValueError, ImportError) as exc:
             raise ConfigError(f"{self.option}={self.spec}: cannot load the model: {exc}") from None
-        model.to(device)
+        if settings.get("device_map"):
+            device = str(next(model.parameters()).device)  # inputs go where the first layers are
         model.eval()
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -328,6 +338,7 @@ class HFBackend:
         keep = next(({name: 1} for name in ("logits_to_keep", "num_logits_to_keep") if name in parameters), {})
         past = None
         steps = max(r.max_tokens if r.choices is None else max(len(c) for c in r.choices) for r in rows)
+        batch = list(rows)  # the rows still decoding: a finished row leaves the batch
         with torch.no_grad():
             for step in range(steps):
                 positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -337,8 +348,9 @@ class HFBackend:
                     out = model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=positions[:, -1:],
                                 use_cache=True, **{cache_arg: past}, **keep)
                 past = getattr(out, cache_arg, None)
-                chosen = self._pick_batch(rows, out.logits[:, -1, :].float(), generators, step, temperature, top_p)
-                for row, token in zip(rows, chosen):
+                self.row_steps += len(batch)
+                chosen = self._pick_batch(batch, out.logits[:, -1, :].float(), generators, step, temperature, top_p)
+                for row, token in zip(batch, chosen):
                     if row.done:
                         continue
                     row.tokens.append(token)
@@ -350,11 +362,20 @@ class HFBackend:
                         row.done = True
                     elif len(row.tokens) >= row.max_tokens:
                         row.done, row.finish = True, FINISH_LENGTH
-                if all(r.done for r in rows):
+                if all(r.done for r in batch):
                     break
-                chosen = [pad if row.done else token for row, token in zip(rows, chosen)]
+                active = [i for i, row in enumerate(batch) if not row.done]
+                if len(active) < len(batch) and hasattr(past, "batch_select_indices"):
+                    # Finished rows leave the batch (and the KV cache): no more compute for them.
+                    still = torch.tensor(active, device=device)
+                    past.batch_select_indices(still)
+                    ids, mask, temperature, top_p = ids[still], mask[still], temperature[still], top_p[still]
+                    generators = [generators[i] for i in active]
+                    batch = [batch[i] for i in active]
+                    chosen = [chosen[i] for i in active]
+                chosen = [pad if row.done else token for row, token in zip(batch, chosen)]
                 ids = torch.cat([ids, torch.tensor(chosen, device=device)[:, None]], dim=1)
-                mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype, device=device)], dim=1)
+                mask = torch.cat([mask, torch.ones((len(batch), 1), dtype=mask.dtype, device=device)], dim=1)
         for row in rows:
             row.done = True
         BATCH_LOG.append((len(rows), sum(len(r.tokens) for r in rows), time.perf_counter() - started))
