@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse, request_seed
+from .batcher import RowBatcher
 
 INSTALL_HINT = "pip install 'pytest-socialbias[gpu]' (torch, transformers and gguf)"
 DEFAULT_MAX_BATCH = 16
@@ -159,11 +160,7 @@ class HFBackend:
         self._tokenizer = None
         self._device = None
         self._load_lock = threading.Lock()
-        self._pending: list[_Row] = []
-        self._pending_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._closed = False
+        self._batcher = RowBatcher("socialbias-hf-batcher", self.max_batch, self.batch_wait_s, self._decode)
         #: Batches run and rows per batch, for benchmarks and tests.
         self.batches: list[int] = []
         #: Rows computed over every step of every batch (a finished row stops counting).
@@ -264,7 +261,7 @@ class HFBackend:
             future=loop.create_future(),
             loop=loop,
         )
-        self._submit(row)
+        self._batcher.submit(row)
         await row.future
         text = tokenizer.decode(row.tokens, skip_special_tokens=True).strip()
         return ChatResponse(
@@ -275,44 +272,6 @@ class HFBackend:
             logprobs=row.logprobs if top_logprobs is not None else None,
             model=self.spec.model,
         )
-
-    def _submit(self, row: _Row) -> None:
-        with self._pending_lock:
-            self._pending.append(row)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="socialbias-hf-batcher", daemon=True)
-                self._thread.start()
-        self._wake.set()
-
-    def _serve(self) -> None:
-        """The batcher thread: take what is pending (waiting up to batch_wait for more,
-        at most max_batch), decode it as one batch, repeat."""
-        while not self._closed:
-            self._wake.wait(0.5)
-            with self._pending_lock:
-                if not self._pending:
-                    self._wake.clear()
-                    continue
-            if self.batch_wait_s:
-                deadline = time.monotonic() + self.batch_wait_s
-                while time.monotonic() < deadline:
-                    with self._pending_lock:
-                        if len(self._pending) >= self.max_batch:
-                            break
-                    time.sleep(min(0.001, self.batch_wait_s))
-            with self._pending_lock:
-                rows, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
-                if not self._pending:
-                    self._wake.clear()
-            try:
-                self._decode(rows)
-            except BaseException as exc:  # every waiting call gets the error
-                for row in rows:
-                    if not row.done:
-                        row.loop.call_soon_threadsafe(_fail, row.future, exc)
-                continue
-            for row in rows:
-                row.loop.call_soon_threadsafe(_finish, row.future)
 
     def _decode(self, rows: list[_Row]) -> None:
         """One decode loop for the batch. Each step keeps only the last position's logits
@@ -437,8 +396,7 @@ class HFBackend:
         return tokens
 
     async def aclose(self) -> None:
-        self._closed = True
-        self._wake.set()
+        self._batcher.close()
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
@@ -447,13 +405,3 @@ def _eos_ids(model, tokenizer) -> list[int]:
     if tokenizer.eos_token_id is not None:
         ids.append(tokenizer.eos_token_id)
     return [int(i) for i in ids]
-
-
-def _finish(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-def _fail(future: asyncio.Future, exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)

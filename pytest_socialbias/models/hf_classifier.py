@@ -41,12 +41,12 @@ import asyncio
 import hashlib
 import json
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
 from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse
+from .batcher import RowBatcher
 
 INSTALL_HINT = "pip install 'pytest-socialbias[gpu]' (torch and transformers)"
 DEFAULT_MAX_BATCH = 32
@@ -261,11 +261,7 @@ class HFClassifierBackend:
         self.base_url = "in-process"
         self._loaded = None  # (tokenizer, model, device, limit)
         self._load_lock = threading.Lock()
-        self._pending: list[_Row] = []
-        self._pending_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._closed = False
+        self._batcher = RowBatcher("socialbias-hfcls-batcher", self.max_batch, self.batch_wait_s, self._score)
         #: Rows per batch scored, for tests and benchmarks.
         self.batches: list[int] = []
 
@@ -340,42 +336,9 @@ class HFClassifierBackend:
         loop = asyncio.get_running_loop()
         row = _Row(text=messages[0]["content"], future=loop.create_future(), loop=loop,
                    pair=messages[1]["content"] if pair else None)
-        with self._pending_lock:
-            self._pending.append(row)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="socialbias-hfcls-batcher", daemon=True)
-                self._thread.start()
-        self._wake.set()
+        self._batcher.submit(row)
         await row.future
         return row.result
-
-    def _serve(self) -> None:
-        """The batcher thread: take what is pending (waiting up to batch_wait for more,
-        at most max_batch), score it as one batch, repeat."""
-        while not self._closed:
-            self._wake.wait(0.5)
-            with self._pending_lock:
-                if not self._pending:
-                    self._wake.clear()
-                    continue
-            deadline = time.monotonic() + self.batch_wait_s
-            while time.monotonic() < deadline:
-                with self._pending_lock:
-                    if len(self._pending) >= self.max_batch:
-                        break
-                time.sleep(min(0.001, self.batch_wait_s))
-            with self._pending_lock:
-                rows, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch:]
-                if not self._pending:
-                    self._wake.clear()
-            try:
-                self._score(rows)
-            except BaseException as exc:  # every waiting call gets the error
-                for row in rows:
-                    row.loop.call_soon_threadsafe(_settle, row.future, exc)
-                continue
-            for row in rows:
-                row.loop.call_soon_threadsafe(_settle, row.future, None)
 
     def encode(self, text: str, pair: str | None = None) -> tuple[list[int], int]:
         """(the token ids the head reads, the text's full length in tokens): cut to the
@@ -455,8 +418,7 @@ class HFClassifierBackend:
             )
 
     async def aclose(self) -> None:
-        self._closed = True
-        self._wake.set()
+        self._batcher.close()
 
 
 def _types(encoded) -> list[int] | None:
@@ -464,12 +426,3 @@ def _types(encoded) -> list[int] | None:
     models tell the segments apart by their separator alone)."""
     types = encoded.get("token_type_ids") if hasattr(encoded, "get") else None
     return list(types) if types is not None else None
-
-
-def _settle(future: asyncio.Future, exc: BaseException | None) -> None:
-    if future.done():
-        return
-    if exc is None:
-        future.set_result(None)
-    else:
-        future.set_exception(exc)
