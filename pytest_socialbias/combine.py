@@ -139,7 +139,16 @@ def combine(options: CombineOptions):
     if gates:
         gates, skipped = check_gate_suites(gates, settings.thresholds_file, root,
                                            present_only=settings.gates_for == "present")
-    models = PartModels(first["models"], _union(data["warnings"] for _, data in parts))
+    warnings = _union(data["warnings"] for _, data in parts)
+    snapshotted = sorted(suite for suite, path in first.get("suite_files", {}).items()
+                         if (root / path).parent.joinpath("__snapshots__", f"{Path(path).stem}.ambr").is_file())
+    if snapshotted:
+        warnings.append(
+            f"snapshots were not compared: suite(s) {', '.join(snapshotted)} have syrupy snapshot files, which a "
+            "sharded run does not check; compare them with an unsharded replay of the merged cache "
+            "(--socialbias-record=none)"
+        )
+    models = PartModels(first["models"], warnings)
     aggregator = Aggregator(settings, models, gates, gates_file)
     aggregator.skipped_gates = skipped
     for note in _union(data["notes"] for _, data in parts):

@@ -153,7 +153,7 @@ def result_settings(settings) -> dict:
 
 def partial_data(*, shard: Shard, selection: dict, settings, models: dict, records: list, notes: list,
                  warnings: list, failures_before: int, stopped_early: bool, skipped_gates: list,
-                 judge_check: dict | None = None) -> dict:
+                 judge_check: dict | None = None, suite_files: dict | None = None) -> dict:
     """What a shard's partial file holds: its records and what combine checks them by."""
     records = sorted(records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
     calls = sum(int(u.get("calls", 0)) for r in records for u in (r.get("usage") or {}).values())
@@ -176,8 +176,17 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
         # --socialbias-judge-check: shard 1 asks the judge about the reference replies
         # ({"shown", "items", "answers", "usage"}); combine scores them against every record.
         "judge_check": judge_check,
+        # Suite -> its file, relative to the rootdir (combine looks for its snapshots there).
+        "suite_files": {suite: _relative(info["path"], settings.root) for suite, info in sorted((suite_files or {}).items())},
         "records": records,
     }
+
+
+def _relative(path, root) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
 
 
 def write_partial(path: Path, data: dict) -> None:

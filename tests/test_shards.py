@@ -159,6 +159,16 @@ def test_the_judge_check_is_asked_by_shard_one_and_scored_over_every_record(proj
     assert status == 1 and combined == one
 
 
+def test_combine_says_when_snapshots_went_uncompared(project, server, single, monkeypatch):
+    monkeypatch.chdir(project.path)
+    parts = shard_files(project, server, 1)
+    (project.path / "__snapshots__").mkdir()
+    (project.path / "__snapshots__" / "demo.ambr").write_text("# name: _metrics\n")
+    status, combined, _ = combine(project, parts)
+    assert any(w.startswith("snapshots were not compared: suite(s) demo have syrupy snapshot files")
+               for w in combined["warnings"])
+
+
 def test_an_empty_shard_passes_and_still_combines(project, server, single, monkeypatch):
     monkeypatch.chdir(project.path)
     result = run(project, server, "--socialbias-shard=40/40", "--socialbias-partial=empty.json")
