@@ -225,6 +225,12 @@ class ModelSet:
         s = self.settings
         if s.dry_run or s.record == "none":
             return
+        from .models.managed import check_gpu_fit
+        from .roles import xdist_workers_of
+
+        for role, spec in self.specs.items():
+            if spec.provider == "vllm":
+                check_gpu_fit(spec, role_of(role).option, s.gpus, xdist_workers_of(self.role))
         plans = self.server_plans()
         if not plans:
             return

@@ -104,6 +104,15 @@ def choose(config) -> ProcessRole:
     return Controller(workers) if workers else SingleProcess()
 
 
+def xdist_workers_of(role: ProcessRole) -> int:
+    """How many xdist workers run cases in the run this process belongs to (0: none)."""
+    if isinstance(role, Controller):
+        return role.workers
+    if isinstance(role, Worker):
+        return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    return 0
+
+
 def xdist_workers(config) -> int:
     """How many xdist workers will run cases (0: this process runs them)."""
     if getattr(config.option, "dist", "no") == "no":

@@ -42,3 +42,19 @@ def test_started_servers_get_the_physical_devices(monkeypatch):
     one = managed.plan_for(parse_spec("server:/m.gguf?command=serve --port {port}"), "--target", "1")
     assert dict(one.env) == {"CUDA_VISIBLE_DEVICES": "5"}
     assert managed.plan_for(parse_spec("server:/m.gguf?command=serve --port {port}"), "--target", None).env == ()
+
+
+def test_vllm_layouts_that_cannot_fit_are_refused_before_any_server_starts():
+    def check(spec, gpus, workers):
+        managed.check_gpu_fit(parse_spec(spec), "--target", gpus, workers)
+
+    check("vllm:/m?placement=worker", "0,1", 2)  # one server per GPU
+    with pytest.raises(ConfigError, match=r"3 vLLM servers on 2 GPU\(s\) \(0,1\) put 2 on one GPU, each claiming 90%.*"
+                                          r"gpu_memory_utilization=0.45"):
+        check("vllm:/m?placement=worker", "0,1", 3)
+    check("vllm:/m?placement=worker&gpu_memory_utilization=0.45", "0,1", 3)  # two halves fit
+    with pytest.raises(ConfigError, match=r"tensor_parallel_size=2, but each of the 2 vLLM server\(s\) gets 1 of the 2"):
+        check("vllm:/m?replicas=2&tensor_parallel_size=2", "0,1", 0)
+    check("vllm:/m?replicas=2&tensor_parallel_size=2", "0,1,2,3", 0)
+    check("vllm:/m?placement=worker", None, 8)  # no GPU list: nothing to check against
+    check("server:/m.gguf?command=serve --port {port}&placement=worker", "0", 4)  # not vLLM

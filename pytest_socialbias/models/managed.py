@@ -238,6 +238,36 @@ def logical(gpus: str | None, environ=None) -> list[int] | None:
     return [int(e) if e.isdigit() else visible.index(e) for e in gpus.split(",")]
 
 
+#: vLLM's own default share of a GPU's memory for one server.
+VLLM_MEMORY_SHARE = 0.9
+
+
+def check_gpu_fit(spec, option: str, gpus: str | None, workers: int) -> None:
+    """ConfigError, before any server starts, for a vLLM layout that cannot fit: servers
+    that would share a GPU (more workers or replicas than GPUs) while each claims its
+    ``gpu_memory_utilization`` (vLLM's default 0.9), or a ``tensor_parallel_size`` larger
+    than the GPUs a server gets. Needs the GPU list (``--socialbias-gpus``) to check."""
+    if spec.provider != "vllm" or gpus is None:
+        return
+    ids = gpus.split(",")
+    servers = (workers if placement(spec, option) == "worker" and workers > 1 else 1) * replica_count(spec, option)
+    share = len(ids) // servers if servers <= len(ids) else 1
+    per_gpu = -(-servers // len(ids))  # servers on the busiest GPU
+    claimed = float(spec.runtime.get("gpu_memory_utilization", VLLM_MEMORY_SHARE))
+    if per_gpu > 1 and per_gpu * claimed > 1.0:
+        raise ConfigError(
+            f"{option}={spec}: {servers} vLLM servers on {len(ids)} GPU(s) ({gpus}) put {per_gpu} on one GPU, each "
+            f"claiming {claimed:.0%} of its memory; give gpu_memory_utilization={0.9 / per_gpu:.2f} (or less), "
+            "fewer workers or replicas, or more GPUs"
+        )
+    parallel = spec.runtime.get("tensor_parallel_size", 1)
+    if isinstance(parallel, int) and parallel > share:
+        raise ConfigError(
+            f"{option}={spec}: tensor_parallel_size={parallel}, but each of the {servers} vLLM server(s) gets "
+            f"{share} of the {len(ids)} GPU(s) ({gpus}); lower it, use fewer workers or replicas, or more GPUs"
+        )
+
+
 def gpu_share(gpus: str | None, worker: int, workers: int) -> str | None:
     """Worker ``worker`` of ``workers``' share of ``gpus`` (contiguous, as even as the count
     allows; a worker beyond the GPUs shares round robin); None leaves the GPUs as they are."""
