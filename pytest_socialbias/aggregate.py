@@ -63,6 +63,26 @@ class Aggregator:
             if "judge" not in models.specs and not models.uses_local_default:
                 raise ConfigError("--socialbias-judge-check needs a judge: pass --judge=PROVIDER:MODEL")
 
+    def skip_gates(self, skipped: list[Gate]) -> None:
+        """The gates of suites this project lacks (--socialbias-gates-for=present), kept
+        apart and named in a note."""
+        self.skipped_gates = list(skipped)
+        if skipped:
+            self.note(
+                f"{len(skipped)} gate(s) of suites this project does not have were skipped "
+                f"(--socialbias-gates-for=present): {', '.join(gate.name for gate in skipped)}"
+            )
+
+    def name_local_models(self) -> None:
+        """Under xdist only the workers collected, so only they switched to the embedded
+        model: this process's report and warnings must say so too. The cases ran, so the
+        results stand; when the models cannot be named, a note says why."""
+        if self.models.uses_local_default and "target" not in self.models.specs:
+            try:
+                self.models.use_local_default()
+            except ConfigError as exc:
+                self.note(f"the report's models are unknown: {exc}")
+
     def add(self, record: dict) -> None:
         self.records.append(record)
 
@@ -75,15 +95,7 @@ class Aggregator:
         summary, gate verdicts, the snapshot comparison (``snapshots(records, metrics)``:
         snapshots.check_snapshots bound to the session, or None without syrupy) and the
         exit status (1 when the results fail the run or ``failures_before`` items failed)."""
-        if self.models.uses_local_default and "target" not in self.models.specs:
-            # Under xdist only the workers collected, so only they switched to the
-            # embedded model; the controller's report and warnings must say so too.
-            try:
-                self.models.use_local_default()
-            except ConfigError as exc:
-                # The workers ran the cases, so the results stand; say why the report
-                # cannot name the models instead of leaving it silently blank.
-                self.note(f"the report's models are unknown: {exc}")
+        self.name_local_models()
         records = sorted(self.records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
         metrics = compute_metrics(records)
         judge_check = None

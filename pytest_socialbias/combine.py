@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import ConfigError
-from .shards import read_partial
+from .shards import read_partial, record_key
 
 
 def check_parts(parts: list[tuple[Path, dict]]) -> None:
@@ -55,7 +55,7 @@ def check_parts(parts: list[tuple[Path, dict]]) -> None:
     suites: dict[str, tuple[str, Path]] = {}
     for path, data in parts:
         for record in data["records"]:
-            key = f"{record['suite']}::{record['id']}[{record.get('style') or ''}]"
+            key = record_key(record)
             if key in owner:
                 raise ConfigError(f"case {record['suite']}::{record['id']} is in two parts: {owner[key]} and {path}")
             owner[key] = path
@@ -150,14 +150,9 @@ def combine(options: CombineOptions):
         )
     models = PartModels(first["models"], warnings)
     aggregator = Aggregator(settings, models, gates, gates_file)
-    aggregator.skipped_gates = skipped
     for note in _union(data["notes"] for _, data in parts):
         aggregator.note(note)
-    if skipped:
-        aggregator.note(
-            f"{len(skipped)} gate(s) of suites this project does not have were skipped "
-            f"(--socialbias-gates-for=present): {', '.join(gate.name for gate in skipped)}"
-        )
+    aggregator.skip_gates(skipped)
     for _, data in parts:
         for record in data["records"]:
             aggregator.add(record)

@@ -182,12 +182,7 @@ def _aggregator(config: pytest.Config, settings, models, gates, gates_file) -> A
         CallCache(settings.cache_dir, settings.record, verify=True).close()
     gates, skipped = _preflight(config, settings, gates)
     aggregator = Aggregator(settings, models, gates, gates_file)
-    aggregator.skipped_gates = skipped
-    if skipped:
-        aggregator.notes.append(
-            f"{len(skipped)} gate(s) of suites this project does not have were skipped "
-            f"(--socialbias-gates-for=present): {', '.join(gate.name for gate in skipped)}"
-        )
+    aggregator.skip_gates(skipped)
     return aggregator
 
 
@@ -673,20 +668,15 @@ class Controller:
     def _write_partial(self, session: pytest.Session) -> None:
         """A shard's end: its records and the run's metadata to the partial file; no gate,
         no comparison, no report (combine makes them from every shard's file)."""
-        from .shards import Shard, partial_data, selection_digest, write_partial
+        from .shards import Shard, partial_data, record_key, selection_digest, write_partial
 
         state, aggregator = self.state, self.state.aggregator
         settings, models = state.settings, state.models
-        if models.uses_local_default and "target" not in models.specs:
-            try:
-                models.use_local_default()
-            except ConfigError as exc:
-                aggregator.note(f"the report's models are unknown: {exc}")
+        aggregator.name_local_models()
         shard = settings.shard or Shard(1, 1, "--socialbias-partial")
         selection = state.selection or {
             "cases": len(aggregator.records),
-            "sha256": selection_digest(f"{r['suite']}::{r['id']}" + (f"[{r['style']}]" if r.get("style") else "")
-                                       for r in aggregator.records),
+            "sha256": selection_digest(record_key(r) for r in aggregator.records),
         }
         judge_check = None
         if aggregator.judge_reference is not None and shard.index == 1:  # asked once per run
@@ -699,8 +689,7 @@ class Controller:
             shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
             records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
             failures_before=session.testsfailed, stopped_early=aggregator.partial,
-            skipped_gates=[gate.name for gate in aggregator.skipped_gates], judge_check=judge_check,
-            suite_files=aggregator.suite_files,
+            judge_check=judge_check, suite_files=aggregator.suite_files,
         )
         share = state.share or {"cases": len(aggregator.records)}
         calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""

@@ -127,6 +127,11 @@ def assign(weights: dict[str, float], total: int) -> dict[str, int]:
     return out
 
 
+def record_key(record: dict) -> str:
+    """A record's case key, as cases.Case.key writes it: ``suite::id`` or ``suite::id[style]``."""
+    return f"{record['suite']}::{record['id']}" + (f"[{record['style']}]" if record.get("style") else "")
+
+
 def selection_digest(keys) -> str:
     """The sha256 of the sorted ids selected before sharding: equal on every shard of a run."""
     return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
@@ -152,7 +157,7 @@ def result_settings(settings) -> dict:
 
 
 def partial_data(*, shard: Shard, selection: dict, settings, models: dict, records: list, notes: list,
-                 warnings: list, failures_before: int, stopped_early: bool, skipped_gates: list,
+                 warnings: list, failures_before: int, stopped_early: bool,
                  judge_check: dict | None = None, suite_files: dict | None = None) -> dict:
     """What a shard's partial file holds: its records and what combine checks them by."""
     records = sorted(records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
@@ -171,7 +176,6 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
         "warnings": list(warnings),
         "failures_before": failures_before,
         "stopped_early": stopped_early,
-        "skipped_gates": list(skipped_gates),
         "cache": {"calls": calls, "cached": cached},
         # --socialbias-judge-check: shard 1 asks the judge about the reference replies
         # ({"shown", "items", "answers", "usage"}); combine scores them against every record.
