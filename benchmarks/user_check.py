@@ -39,39 +39,20 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_socialbias import prompts  # noqa: E402
-from pytest_socialbias.protocols.user_check import (  # noqa: E402
-    UserTurnContext, check_user_turn, clean_user_message,
-)
-from pytest_socialbias.vocabulary import STYLES  # noqa: E402
+from pytest_socialbias.protocols.turn_model import labelled_context  # noqa: E402
+from pytest_socialbias.protocols.user_check import check_user_turn, clean_user_message  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "tuning-3": "user_turns_3.yaml",
-        "held out": "user_turns_fresh.yaml"}
+        "tuning-4": "user_turns_fresh.yaml", "tuning-5": "user_turns_unseen.yaml", "held out": "user_turns_blind.yaml"}
 LABELS = ("clean", "seed_leak", "setup_leak", "copy", "assistant_voice")
 BREAKS = LABELS[1:]
 
 
-def context(entry: dict) -> UserTurnContext:
-    """The context a protocol would check this turn in: the simulator's rendered
-    instructions as hidden text, what the user may say, the previous reply."""
-    if entry["protocol"] == "dymt":
-        template = prompts.load("user_simulator")
-        style = "\n".join(template.extras[f"style_{s}"].strip() for s in STYLES)
-        system = template.messages(statement=entry["seed"], category=entry["category"], group=entry["group"],
-                                   style_instructions=style, situation="")[0]["content"]
-        return UserTurnContext(seed=entry["seed"], hidden=(system,), allowed=(entry["group"], entry["category"]),
-                               previous_reply=entry.get("previous_reply"))
-    template = prompts.load("benevdial_user")
-    system = template.messages(user_label="person", agent_title=entry["agent"], profile=entry["profile"],
-                               request=entry["request"], situation="")[0]["content"]
-    return UserTurnContext(hidden=(system,), allowed=(entry["profile"], entry["request"], "person", entry["agent"]),
-                           previous_reply=entry.get("previous_reply"),
-                           # The protocol passes the given name only (conditions.py: names are given names).
-                           name=entry["profile"].split(",")[0].strip().split()[0])
+context = labelled_context
 
 
-def classify(path: Path, judge=None, record=None) -> list[tuple[str, str, str, str]]:
+def classify(path: Path, judge=None, record=None, rules_only: bool = False) -> list[tuple[str, str, str, str]]:
     """(context id, label, the check's kind or "clean", text) for every turn of a set; with
     ``judge``, the turns the rules pass are judged too (kind "judged" when flagged)."""
     out, pending = [], []
@@ -79,7 +60,7 @@ def classify(path: Path, judge=None, record=None) -> list[tuple[str, str, str, s
         ctx = context(entry)
         for turn in entry["turns"]:
             text = clean_user_message(turn["text"])
-            found = check_user_turn(text, ctx)
+            found = check_user_turn(text, ctx, model=None) if rules_only else check_user_turn(text, ctx)
             out.append((entry["id"], turn["label"], found.kind if found else "clean", turn["text"]))
             if found is None and judge is not None:
                 history = [{"user": "(an earlier question)", "assistant": entry["previous_reply"]}] if entry.get(
@@ -131,6 +112,7 @@ def scores(rows) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--misses", action="store_true", help="print each turn the checks got wrong")
+    parser.add_argument("--rules-only", action="store_true", help="the word rules alone, without the learned reading")
     parser.add_argument("--judge", metavar="SPEC", help="also the judged check, with this judge model spec")
     parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS), metavar="SET",
                         help=f"labelled sets to score (default all: {', '.join(SETS)})")
@@ -147,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
             settings = CallPool(cache=CallCache(args.cache_dir, "new"), concurrency=4)
             judge, record = Model("judge", parse_spec(args.judge, "--judge"), "--judge", settings), SimulatorRecord()
-        rows = classify(DATA / file, judge, record)
+        rows = classify(DATA / file, judge, record, rules_only=args.rules_only)
         if record is not None:
             print(f"{name}: judge {args.judge} saw {record.judged} turns the rules passed; "
                   f"{record.judged_unreadable} verdicts unreadable")

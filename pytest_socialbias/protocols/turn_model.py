@@ -1,0 +1,278 @@
+"""A learned second reading of simulated users' turns: what the word rules let pass.
+
+The rules of ``user_check`` catch a break by its wording; a leak put in other words
+passes them. This model reads a turn as a bag of context-relative features and gives the
+probability of each label (clean, seed_leak, setup_leak, copy, assistant_voice):
+
+* words and word pairs (stems), with the group's name (however the user names it: the
+  lexicon of ``user_check.name_the_group``) written ``<grp>``, the seed's other content
+  words ``<seed>``, the simulated person's name ``<name>``, numbers ``<num>``;
+* the shape of the turn: a question or not, how many sentences, a list;
+* the rules' own scores (share of the seed's words in order, of its character 4-grams, of
+  the previous reply's word trigrams, set-up cue families, the answering register's signs).
+
+It is a multinomial logistic regression, trained by ``python -m
+pytest_socialbias.protocols.turn_model train`` on the labelled turns written by us
+(tests/data/user_turns*.yaml, every set but the held-out one) and shipped as
+``data/user_turn_model.json`` (weights, vocabulary, the threshold and how it was chosen).
+A turn the rules pass is a break when its probability of being clean falls below the
+threshold, chosen by cross-validation on the training sets so that at most 1% of clean
+turns are flagged. Deterministic: the same file, the same turn, the same answer. Standard
+library only at run time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+from . import user_check as uc
+
+LABELS = ("clean", "seed_leak", "setup_leak", "copy", "assistant_voice")
+MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "user_turn_model.json"
+#: What a feature must appear in at least this many training turns to be kept.
+MIN_COUNT = 2
+#: Most clean training turns the model may flag (cross-validated), when choosing its threshold.
+CLEAN_BUDGET = 0.01
+
+
+def _bucket(value: float, edges: tuple) -> str:
+    return str(sum(1 for edge in edges if value >= edge))
+
+
+def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
+    """The turn's features (name -> value), relative to its context."""
+    named = uc.name_the_group(text, context)
+    group = set(uc.content_stems(context.allowed[0])) if context.allowed and context.seed else set()
+    seed = set(uc.content_stems(context.seed)) - group if context.seed else set()
+    name = (context.name or "").lower()
+    tokens = []
+    for word in uc.words(named):
+        cut = uc.stem(word)[:uc.STEM_PREFIX]
+        if word in uc._STOP or len(word) < 2:
+            tokens.append(word)
+        elif cut in group:
+            tokens.append("<grp>")
+        elif cut in seed:
+            tokens.append("<seed>")
+        elif word == name:
+            tokens.append("<name>")
+        elif word.isdigit():
+            tokens.append("<num>")
+        else:
+            tokens.append(uc.stem(word))
+    out: dict[str, float] = {}
+    for token in tokens:
+        out["w:" + token] = 1.0
+    for a, b in zip(tokens, tokens[1:]):
+        out[f"b:{a}_{b}"] = 1.0
+    stripped = text.strip()
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", stripped) if s]
+    out["shape:question"] = float(stripped.endswith("?"))
+    out["shape:sentences=" + _bucket(len(sentences), (2, 3, 5))] = 1.0
+    out["shape:words=" + _bucket(len(tokens), (8, 16, 32, 64))] = 1.0
+    out["shape:list"] = float(bool(uc._SERVICE["list"].search(text)))
+    out["shape:first_person"] = float(bool(re.search(r"\b(?:i|my|me|i'm|i've)\b", text.lower())))
+    if context.seed:
+        ordered, chars = uc.seed_similarity(named, context.seed)
+        out["seed:ordered"] = ordered
+        out["seed:chars"] = chars
+        out["seed:grp"] = float("<grp>" in tokens)
+    if context.previous_reply:
+        share, run = uc.copy_share(text, context.previous_reply)
+        out["copy:share"] = share
+        out["copy:run=" + _bucket(run, (3, 5, 8))] = 1.0
+    out["setup:cues"] = len(uc.setup_cues(text)) / 3
+    signs = [k for k, p in uc._SERVICE.items() if k != "strong" and p.search(text)]
+    out["service:signs"] = len(signs) / 2
+    out["bias"] = 1.0
+    return out
+
+
+def _softmax(scores: list[float]) -> list[float]:
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+class TurnModel:
+    """Weights per label over a vocabulary of features, and the threshold on P(clean)."""
+
+    def __init__(self, weights: dict[str, list[float]], threshold: float, meta: dict | None = None):
+        self.weights = weights
+        self.threshold = threshold
+        self.meta = meta or {}
+
+    def probabilities(self, feats: dict[str, float]) -> list[float]:
+        scores = [0.0] * len(LABELS)
+        for name, value in feats.items():
+            row = self.weights.get(name)
+            if row is not None:
+                for k in range(len(LABELS)):
+                    scores[k] += row[k] * value
+        return _softmax(scores)
+
+    def judge(self, text: str, context: uc.UserTurnContext) -> tuple[str, float] | None:
+        """(the most likely break, P(clean)) when P(clean) is below the threshold, else None."""
+        probs = self.probabilities(features(text, context))
+        if probs[0] >= self.threshold:
+            return None
+        allowed = [k for k in range(1, len(LABELS)) if LABELS[k] != "seed_leak" or context.seed]
+        best = max(allowed, key=lambda k: probs[k])
+        return LABELS[best], probs[0]
+
+    def to_dict(self) -> dict:
+        return {"labels": list(LABELS), "threshold": self.threshold, "meta": self.meta,
+                "weights": {k: [round(x, 6) for x in v] for k, v in sorted(self.weights.items())}}
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> TurnModel:
+    data = json.loads(MODEL_FILE.read_text(encoding="utf-8"))
+    if tuple(data["labels"]) != LABELS:
+        raise ValueError(f"{MODEL_FILE}: labels {data['labels']} are not {list(LABELS)}: retrain it")
+    return TurnModel(data["weights"], data["threshold"], data.get("meta"))
+
+
+# --------------------------------------------------------------------------- training
+
+
+def train(samples: list[tuple[dict, int]], epochs: int = 300, l2: float = 1e-3, rate: float = 0.5) -> dict:
+    """Multinomial logistic regression by full-batch AdaGrad; deterministic."""
+    counts: dict[str, int] = {}
+    for feats, _ in samples:
+        for name in feats:
+            counts[name] = counts.get(name, 0) + 1
+    vocab = sorted(name for name, c in counts.items() if c >= MIN_COUNT or not name.startswith(("w:", "b:")))
+    index = {name: i for i, name in enumerate(vocab)}
+    rows = [([(index[n], v) for n, v in feats.items() if n in index], label) for feats, label in samples]
+    k_count = len(LABELS)
+    weights = [[0.0] * k_count for _ in vocab]
+    history = [[1e-8] * k_count for _ in vocab]
+    n = len(rows)
+    for _ in range(epochs):
+        grads = [[0.0] * k_count for _ in vocab]
+        touched = set()
+        for active, label in rows:
+            scores = [0.0] * k_count
+            for i, v in active:
+                w = weights[i]
+                for k in range(k_count):
+                    scores[k] += w[k] * v
+            probs = _softmax(scores)
+            for k in range(k_count):
+                err = (probs[k] - (1.0 if k == label else 0.0)) / n
+                if err:
+                    for i, v in active:
+                        grads[i][k] += err * v
+            touched.update(i for i, _ in active)
+        for i in touched:
+            g, h, w = grads[i], history[i], weights[i]
+            for k in range(k_count):
+                step = g[k] + l2 * w[k]
+                h[k] += step * step
+                w[k] -= rate * step / math.sqrt(h[k])
+    return {name: weights[index[name]] for name in vocab}
+
+
+def labelled_context(entry: dict) -> uc.UserTurnContext:
+    """The context a protocol would check a labelled turn in (tests/data/user_turns*.yaml):
+    the simulator's rendered instructions as hidden text, what the user may say, the
+    previous reply."""
+    from .. import prompts
+    from ..vocabulary import STYLES
+
+    if entry["protocol"] == "dymt":
+        template = prompts.load("user_simulator")
+        style = "\n".join(template.extras[f"style_{s}"].strip() for s in STYLES)
+        system = template.messages(statement=entry["seed"], category=entry["category"], group=entry["group"],
+                                   style_instructions=style, situation="")[0]["content"]
+        return uc.UserTurnContext(seed=entry["seed"], hidden=(system,), allowed=(entry["group"], entry["category"]),
+                                  previous_reply=entry.get("previous_reply"))
+    template = prompts.load("benevdial_user")
+    system = template.messages(user_label="person", agent_title=entry["agent"], profile=entry["profile"],
+                               request=entry["request"], situation="")[0]["content"]
+    return uc.UserTurnContext(hidden=(system,), allowed=(entry["profile"], entry["request"], "person", entry["agent"]),
+                              previous_reply=entry.get("previous_reply"),
+                              # The protocol passes the given name only (conditions.py: names are given names).
+                              name=entry["profile"].split(",")[0].strip().split()[0])
+
+
+def labelled_turns(path: Path) -> list[tuple[str, str, str, uc.UserTurnContext]]:
+    """(context id, label, cleaned text, context) for every turn of a labelled set."""
+    import yaml
+
+    out = []
+    for entry in yaml.safe_load(path.read_text(encoding="utf-8"))["contexts"]:
+        context = labelled_context(entry)
+        for turn in entry["turns"]:
+            out.append((entry["id"], turn["label"], uc.clean_user_message(turn["text"]), context))
+    return out
+
+
+def _fit(turns: list, epochs: int) -> TurnModel:
+    samples = [(features(text, ctx), LABELS.index(label)) for _, label, text, ctx in turns]
+    return TurnModel(train(samples, epochs=epochs), threshold=0.5)
+
+
+def _choose_threshold(turns: list, folds: int, epochs: int) -> tuple[float, dict]:
+    """The highest threshold on P(clean) at which, over ``folds``-fold cross-validation by
+    context (a context's turns never split across train and test), at most CLEAN_BUDGET of
+    the clean turns the rules pass are flagged by the model; with the recall it gives."""
+    contexts = sorted({cid for cid, *_ in turns})
+    held = []  # (label, P(clean)) of turns the rules pass, scored by a model that never saw them
+    for fold in range(folds):
+        test_ids = set(contexts[fold::folds])
+        model = _fit([t for t in turns if t[0] not in test_ids], epochs)
+        for cid, label, text, ctx in turns:
+            if cid in test_ids and uc.check_user_turn(text, ctx, model=None) is None:
+                held.append((label, model.probabilities(features(text, ctx))[0]))
+    clean = sorted(p for label, p in held if label == "clean")
+    allowed = int(CLEAN_BUDGET * sum(1 for t in turns if t[1] == "clean"))
+    # Flag below the threshold: at most ``allowed`` clean turns may lie below it.
+    threshold = clean[allowed] if allowed < len(clean) else 1.0
+    recall = {}
+    for label in LABELS[1:]:
+        mine = [p for lab, p in held if lab == label]
+        recall[label] = {"passed_by_rules": len(mine), "caught": sum(1 for p in mine if p < threshold)}
+    return threshold, {"folds": folds, "clean_passed_by_rules": len(clean),
+                       "clean_flagged": sum(1 for p in clean if p < threshold), "by_label": recall}
+
+
+def build(paths: list[Path], folds: int = 5, epochs: int = 300) -> TurnModel:
+    turns = [t for path in paths for t in labelled_turns(path)]
+    threshold, cv = _choose_threshold(turns, folds, epochs)
+    model = _fit(turns, epochs)
+    model.threshold = threshold
+    model.meta = {"trained_on": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
+                  "lexicon": hashlib.sha256(uc.GROUP_TERMS.read_bytes()).hexdigest(), "turns": len(turns), "epochs": epochs,
+                  "min_count": MIN_COUNT, "clean_budget": CLEAN_BUDGET, "cross_validation": cv}
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pytest_socialbias.protocols.turn_model",
+                                     description="Train the learned reading of simulated users' turns.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fit = sub.add_parser("train", help="train on labelled sets and write the model file")
+    fit.add_argument("sets", nargs="+", type=Path, help="labelled sets (tests/data/user_turns*.yaml)")
+    fit.add_argument("-o", "--output", type=Path, default=MODEL_FILE, help=f"model file (default {MODEL_FILE})")
+    fit.add_argument("--epochs", type=int, default=300)
+    fit.add_argument("--folds", type=int, default=5)
+    args = parser.parse_args(argv)
+    model = build(args.sets, folds=args.folds, epochs=args.epochs)
+    args.output.write_text(json.dumps(model.to_dict(), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {args.output}: {len(model.weights)} features, threshold {model.threshold:.4f}")
+    print(json.dumps(model.meta["cross_validation"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
