@@ -157,6 +157,11 @@ def test_the_built_wheel_carries_the_starter_and_its_project_runs(tmp_path, serv
     )
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
     wheel = next((tmp_path / "dist").glob("pytest_socialbias-*.whl"))
+    import zipfile
+
+    carried = set(zipfile.ZipFile(wheel).namelist())
+    # The simulated-user checks' lexicon and learned reading travel with the package.
+    assert {"pytest_socialbias/data/group_terms.yaml", "pytest_socialbias/data/user_turn_model.json"} <= carried
 
     # The fresh environment sees only what it installed (and the dependencies below).
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
