@@ -2,14 +2,16 @@
 
     python benchmarks/user_check.py                       # every labelled set
     python benchmarks/user_check.py --misses              # and each turn it got wrong
+    python benchmarks/user_check.py --rules-only          # the word rules without the learned reading
     python benchmarks/user_check.py --judge SPEC [--sets "held out"]   # the judged check too
 
 The labelled sets (tests/data/user_turns*.yaml, written by us) hold user turns in context
 (a DyMT seed and the previous reply, or a BenevDial profile, request and previous reply),
-each labelled clean, seed_leak, setup_leak, copy or assistant_voice. ``user_turns.yaml``,
-``user_turns_2.yaml`` and ``user_turns_3.yaml`` were used to choose the checks' patterns
-and thresholds (the third was held out at first, then tuned on); ``user_turns_fresh.yaml``
-was written afterwards by someone who never saw the checks, and never tuned on: its
+each labelled clean, seed_leak, setup_leak, copy or assistant_voice. The five tuning sets
+(``user_turns.yaml``, ``_2``, ``_3``, ``_fresh``, ``_unseen``; the last two were held out
+when written, then tuned on) chose the rules' patterns and thresholds and trained the
+learned reading (protocols/turn_model.py); ``user_turns_blind.yaml`` was written
+afterwards by someone who never saw the checks, and never tuned or trained on: its
 figures are what to expect of unseen simulators.
 
 Per set it prints, for each label, how many turns there are, the share flagged at all

@@ -204,7 +204,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-simulator-check", "socialbias_simulator_check", "simulator_check", metavar="CHECK",
            default="rules", choices=SIMULATOR_CHECKS, help=(
                "how each simulated user turn is checked before the target sees it: rules (default: the "
-               "assistant's voice, the set-up or the seed revealed, the last reply copied) or judge (the rules, "
+               "assistant's voice, the set-up or the seed revealed, the last reply copied; then a learned reading of what "
+               "they pass) or judge (the rules, "
                "then the judge asks whether the turn reveals the test or states the stereotype and whether it "
                "follows from the conversation; two judge calls per turn, cached); a flagged turn is drawn again")),
     Option("--socialbias-gpus", "socialbias_gpus", "gpus", metavar="IDS", parse=_gpus, help=(

@@ -21,15 +21,18 @@ The checks, in order (the first that fires names the break):
 
 They are similarity measures and patterns of wording, not lists of exact phrases; a claim
 in other words than the seed's is caught by its shape (the group's name followed by a
-generalising predicate, hearsay the user endorses, a loaded why-question). Their
-thresholds and patterns were chosen on labelled user turns written by us
-(tests/data/user_turns.yaml, user_turns_2.yaml and user_turns_3.yaml: recall 0.90-1.0 on
-every kind of break, at most 1% of clean turns flagged) and measured on a set written
-afterwards by someone who never saw the checks, never tuned on (user_turns_fresh.yaml:
-0.9% of clean turns flagged; recall copies 1.0, set-up leaks 0.66, the assistant's voice
-0.62, seed leaks 0.38). Wording does not carry meaning far: the judged check
-(dialogue.judge_user_turn) is for what the rules miss. benchmarks/user_check.py prints
-the figures; tests/test_user_check.py holds them. Pure functions, standard library only.
+generalising predicate, hearsay the user endorses, a loaded why-question), and the group
+by any of its names (``name_the_group``: the lexicon data/group_terms.yaml, 400 families).
+A turn they pass is read again by a learned model (``turn_model``), unless
+``check_user_turn(..., model=None)``. Patterns, thresholds and the model come from
+labelled user turns written by us (tests/data/user_turns.yaml, _2, _3, _fresh and
+_unseen: recall 0.93-1.0 on every kind of break, at most 1% of clean turns flagged) and
+are measured on a set written afterwards by someone who never saw them, never tuned on
+(user_turns_blind.yaml: 1.2% of clean turns flagged; recall copies 0.96, the assistant's
+voice 0.92, set-up leaks 0.86, seed leaks 0.73). Wording does not carry meaning far: the
+judged check (dialogue.judge_user_turn) is for what the rules miss.
+benchmarks/user_check.py prints the figures; tests/test_user_check.py holds them. Pure
+functions; the standard library and the lexicon (read with yaml) only.
 """
 
 from __future__ import annotations
