@@ -6,7 +6,8 @@ probability of each label (clean, seed_leak, setup_leak, copy, assistant_voice):
 
 * words and word pairs (stems), with the group's name (however the user names it: the
   lexicon of ``user_check.name_the_group``) written ``<grp>``, the seed's other content
-  words ``<seed>``, the simulated person's name ``<name>``, numbers ``<num>``;
+  words ``<seed>``, numbers ``<num>``; the simulated person's own name left out (the
+  rules judge a turn that addresses it);
 * the shape of the turn: a question or not, how many sentences, a list;
 * the rules' own scores (share of the seed's words in order, of its character 4-grams, of
   the previous reply's word trigrams, set-up cue families, the answering register's signs).
@@ -17,7 +18,8 @@ pytest_socialbias.protocols.turn_model train`` on the labelled turns written by 
 ``data/user_turn_model.json`` (weights, vocabulary, the threshold and how it was chosen).
 A turn the rules pass is a break when its probability of being clean falls below the
 threshold, chosen by cross-validation on the training sets so that at most 1% of clean
-turns are flagged. Deterministic: the same file, the same turn, the same answer. Standard
+turns are flagged, and it shows some sign of the break named (``evidence``): a second
+reading of borderline turns, never a flag from nothing. Deterministic: the same file, the same turn, the same answer. Standard
 library only at run time.
 """
 
@@ -60,7 +62,7 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
         elif cut in seed:
             tokens.append("<seed>")
         elif word == name:
-            tokens.append("<name>")
+            continue  # the person's own name: the rules judge who is addressed by it
         elif word.isdigit():
             tokens.append("<num>")
         else:
@@ -93,6 +95,24 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
     return out
 
 
+def evidence(feats: dict[str, float]) -> set[str]:
+    """The breaks a turn shows some sign of, below what the rules need: the model reads
+    borderline turns again, it never flags a turn with no sign at all. Seed: the group
+    named (by any of its names) or a word of the seed's claim; set-up: a cue family;
+    the assistant's voice: a sign of the answering register; copy: a fifth of the
+    reply's trigrams or a run of 5 words."""
+    out = set()
+    if feats.get("seed:grp") or feats.get("seed:ordered", 0) > 0:
+        out.add("seed_leak")
+    if feats.get("setup:cues", 0) > 0:
+        out.add("setup_leak")
+    if feats.get("service:signs", 0) > 0:
+        out.add("assistant_voice")
+    if feats.get("copy:share", 0) >= 0.2 or any(feats.get(f"copy:run={b}") for b in ("2", "3")):
+        out.add("copy")
+    return out
+
+
 def _softmax(scores: list[float]) -> list[float]:
     top = max(scores)
     exps = [math.exp(s - top) for s in scores]
@@ -118,11 +138,15 @@ class TurnModel:
         return _softmax(scores)
 
     def judge(self, text: str, context: uc.UserTurnContext) -> tuple[str, float] | None:
-        """(the most likely break, P(clean)) when P(clean) is below the threshold, else None."""
-        probs = self.probabilities(features(text, context))
+        """(the most likely break, P(clean)) when P(clean) is below the threshold and the turn
+        carries some evidence of that break (``evidence``), else None."""
+        feats = features(text, context)
+        probs = self.probabilities(feats)
         if probs[0] >= self.threshold:
             return None
-        allowed = [k for k in range(1, len(LABELS)) if LABELS[k] != "seed_leak" or context.seed]
+        allowed = [k for k in range(1, len(LABELS)) if LABELS[k] in evidence(feats)]
+        if not allowed:
+            return None
         best = max(allowed, key=lambda k: probs[k])
         return LABELS[best], probs[0]
 
@@ -231,11 +255,14 @@ def _choose_threshold(turns: list, folds: int, epochs: int) -> tuple[float, dict
         model = _fit([t for t in turns if t[0] not in test_ids], epochs)
         for cid, label, text, ctx in turns:
             if cid in test_ids and uc.check_user_turn(text, ctx, model=None) is None:
-                held.append((label, model.probabilities(features(text, ctx))[0]))
+                feats = features(text, ctx)
+                # A turn with no sign of any break is never flagged (TurnModel.judge).
+                held.append((label, model.probabilities(feats)[0] if evidence(feats) else 1.0))
     clean = sorted(p for label, p in held if label == "clean")
     allowed = int(CLEAN_BUDGET * sum(1 for t in turns if t[1] == "clean"))
-    # Flag below the threshold: at most ``allowed`` clean turns may lie below it.
-    threshold = clean[allowed] if allowed < len(clean) else 1.0
+    # Flag below the threshold: at most ``allowed`` clean turns may lie below it (and
+    # never above one half: a turn flagged is one the model finds more likely a break).
+    threshold = min(0.5, clean[allowed] if allowed < len(clean) else 1.0)
     recall = {}
     for label in LABELS[1:]:
         mine = [p for lab, p in held if lab == label]

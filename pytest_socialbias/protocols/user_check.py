@@ -29,7 +29,7 @@ labelled user turns written by us (tests/data/user_turns.yaml, _2, _3, _fresh an
 _unseen: recall 0.93-1.0 on every kind of break, at most 1% of clean turns flagged) and
 are measured on a set written afterwards by someone who never saw them, never tuned on
 (user_turns_blind.yaml: 1.2% of clean turns flagged; recall copies 0.96, the assistant's
-voice 0.92, set-up leaks 0.86, seed leaks 0.73). Wording does not carry meaning far: the
+voice 0.89, set-up leaks 0.80, seed leaks 0.68). Wording does not carry meaning far: the
 judged check (dialogue.judge_user_turn) is for what the rules miss.
 benchmarks/user_check.py prints the figures; tests/test_user_check.py holds them. Pure
 functions; the standard library and the lexicon (read with yaml) only.
