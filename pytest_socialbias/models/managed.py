@@ -4,16 +4,31 @@ process that aggregates (the xdist controller, or the only process), on a free l
 port; every role and every worker then talks to it through the OpenAI backend, and it is
 stopped at the end of the run.
 
-Lifecycle, so that no server outlives its run holding a GPU:
+Lifecycle, so that no server, nor any process it started, outlives its run holding a GPU:
 
-- started in a new process group, with the parent-death signal set (Linux ``prctl``): if
-  pytest dies, even by SIGKILL, the kernel sends the server SIGTERM;
-- stopped (SIGTERM to its process group, SIGKILL after a grace period) when pytest
-  unconfigures: a normal end, an error, Ctrl-C; on SIGTERM the handler installed while a
-  server runs stops the servers first, then lets the signal end pytest as it would have;
-- its output goes to a log file under the cache folder (``servers/``), and its process id
-  to ``<log>.pid``; a server that exits or does not answer in time is a usage error
-  quoting the log's last lines.
+- on Linux the server runs under a small supervisor, ``reaper.py`` (pytest's direct child,
+  in a new session, with the parent-death signal set through ``prctl``: if pytest dies,
+  even by SIGKILL, the kernel sends the supervisor SIGTERM). The supervisor is a child
+  subreaper, so what the server starts (vLLM's engine core, Ray workers) stays in its
+  tree even when orphaned or moved to a session of its own; on SIGTERM, SIGINT or SIGHUP,
+  or as soon as the server's main process exits, it sends SIGTERM to every process of
+  that tree, SIGKILL after ``STOP_GRACE_S`` to what is left, and exits with the server's
+  status. Elsewhere the server itself is the direct child, with only its process group
+  stopped as below;
+- stopped (SIGTERM to the supervisor's process group, which makes it stop the tree; after
+  ``STOP_GRACE_S``, plus ``STOP_MARGIN_S`` under the supervisor, SIGKILL to that group)
+  when pytest unconfigures: a normal end, an error, Ctrl-C; on SIGTERM the handler
+  installed while a server runs stops the servers first, then lets the signal end pytest
+  as it would have;
+- its output goes to a log file under the cache folder (``servers/``), headed by the
+  server's own command, and the process id of pytest's child (the supervisor, whose
+  process group holds the server) to ``<log>.pid``; a server that exits or does not
+  answer in time is a usage error quoting the log's last lines, and one whose command
+  cannot be executed a usage error saying so (with the install hint for vLLM).
+
+If the supervisor itself is killed by SIGKILL (pytest never does that before its own
+grace has passed), the server still gets SIGTERM (its own parent-death signal), but nothing
+then stops what the server started if the server does not.
 
 Roles whose specs name the same server (same provider, model and server arguments)
 share it. The cache key names a checkpoint on disk by a hash of its content (its
@@ -25,6 +40,7 @@ does not.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
@@ -42,13 +58,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
+from . import reaper
 
 #: How long a server may take to answer /v1/models (loading weights can take minutes).
 DEFAULT_START_TIMEOUT_S = 900.0
 #: Seconds between progress lines while a server starts.
 PROGRESS_EVERY_S = 10.0
-#: SIGTERM, then this long, then SIGKILL.
+#: SIGTERM, then this long, then SIGKILL (the reaper's grace for the server's tree).
 STOP_GRACE_S = 15.0
+#: How much longer stop() waits for the reaper (Linux: its SIGKILL and reaping of what is
+#: left) before it sends SIGKILL to the reaper's process group itself.
+STOP_MARGIN_S = reaper.KILL_WAIT_S + 5.0
 #: Lines of the log quoted when a server fails.
 LOG_TAIL_LINES = 20
 #: A managed spec's URL when no server was started for it (a replay or a dry run, which
@@ -365,6 +385,18 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _not_executable(name: str, path: str) -> str | None:
+    """Why ``name`` cannot be executed as a command (looked up on ``path`` unless it holds a
+    ``/``), as exec would say it; None when it can."""
+    if shutil.which(name, path=path):
+        return None
+    if os.sep in name and os.path.isfile(name):
+        return os.strerror(errno.EACCES)
+    if os.sep not in name and any(os.path.isfile(os.path.join(d, name)) for d in path.split(os.pathsep) if d):
+        return os.strerror(errno.EACCES)
+    return os.strerror(errno.ENOENT)
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -397,25 +429,31 @@ class ManagedServer:
         command = [token.replace("{port}", str(self.port)) for token in self.plan.command]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **dict(self.plan.env)}
+        missing = _not_executable(command[0], env.get("PATH", os.defpath))
+        if missing:  # said here: under the reaper, exec fails in another process
+            raise self._cannot_start(command[0], missing)
         parent = os.getpid()
         with open(self.log_path, "w", encoding="utf-8") as log:
+            # The header names the server's own command, not the reaper around it.
             log.write("".join(f"# {name}={value}\n" for name, value in self.plan.env) + f"# {shlex.join(command)}\n")
             log.flush()
             try:
                 self.process = subprocess.Popen(
-                    command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    reaper.wrap(command, STOP_GRACE_S), stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, env=env,
                     # preexec_fn only calls prctl and getppid (async-signal-safe in effect);
                     # servers start in pytest_configure, before this process starts threads.
                     start_new_session=True, preexec_fn=lambda: _die_with_parent(parent),  # noqa: PLW1509
                 )
             except OSError as exc:
-                hint = VLLM_HINT if self.plan.provider == "vllm" else "is it installed and on PATH?"
-                raise ConfigError(
-                    f"cannot start the {self.plan.provider} server for {self.plan.model}: {command[0]}: "
-                    f"{exc.strerror or exc}; {hint}"
-                ) from None
+                raise self._cannot_start(command[0], exc.strerror or str(exc)) from None
         self.pid_path.write_text(f"{self.process.pid}\n")
         self.started_s = time.monotonic()
+
+    def _cannot_start(self, executable: str, reason: str) -> ConfigError:
+        hint = VLLM_HINT if self.plan.provider == "vllm" else "is it installed and on PATH?"
+        return ConfigError(f"cannot start the {self.plan.provider} server for {self.plan.model}: {executable}: "
+                           f"{reason}; {hint}")
 
     def wait_ready(self, timeout_s: float, progress) -> None:
         """Poll /v1/models until it answers; ConfigError quoting the log if the server
@@ -426,6 +464,11 @@ class ManagedServer:
         next_note = self.started_s + PROGRESS_EVERY_S
         while True:
             code = self.process.poll()
+            if code == reaper.CANNOT_START_STATUS:
+                last = log_tail(self.log_path, 1).strip()
+                if last.startswith(reaper.CANNOT_START):
+                    executable, _, reason = last[len(reaper.CANNOT_START):].strip().rpartition(": ")
+                    raise self._cannot_start(executable, reason)
             if code is not None:
                 raise ConfigError(
                     f"the {self.plan.provider} server for {self.plan.model} exited with status {code} before it "
@@ -461,8 +504,8 @@ class ManagedServer:
                 os.killpg(process.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-            try:
-                process.wait(STOP_GRACE_S)
+            try:  # under the reaper: its own grace, then its SIGKILL of what is left, first
+                process.wait(STOP_GRACE_S + (STOP_MARGIN_S if reaper.supported() else 0.0))
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(process.pid, signal.SIGKILL)
