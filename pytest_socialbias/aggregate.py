@@ -52,6 +52,11 @@ class Aggregator:
         # by combine from the partial file of the shard that asked them.
         self.judge_answers: tuple | None = None
         self.dry_plan: dict | None = None  # --socialbias-dry-run: calls and tokens per role
+        # What the in-process batchers gathered (models/batchstats.py): an entry per
+        # process, from the xdist workers (workeroutput) or the shards' partial files;
+        # this process's own is read when the report is made.
+        self.batch_entries: list[dict] = []
+        self.concurrency = getattr(settings, "concurrency", None)  # calls in flight per process
         if settings.baseline_report is not None:
             from .compare import load_baseline
 
@@ -83,6 +88,13 @@ class Aggregator:
             except ConfigError as exc:
                 self.note(f"the report's models are unknown: {exc}")
 
+    def batching(self) -> list[dict]:
+        """Every process's batch counts: those handed over, and this process's own."""
+        from .models.batchstats import process_entry
+
+        own = process_entry(self.models) if hasattr(self.models, "batch_stats") else None
+        return self.batch_entries + ([own] if own else [])
+
     def add(self, record: dict) -> None:
         self.records.append(record)
 
@@ -111,6 +123,9 @@ class Aggregator:
         for role, adapted in _adaptations(records).items():
             if role in models:
                 models[role]["adapted"] = adapted
+        from .models.batchstats import summarize
+
+        summarize(models, self.batching(), self.concurrency)  # timing-dependent: see batchstats.py
         if self.baseline is not None:
             from .compare import compare, rows_for
             from .report.json_report import run_metadata

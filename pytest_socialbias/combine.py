@@ -74,8 +74,9 @@ def check_parts(parts: list[tuple[Path, dict]]) -> None:
 def _comparable(field: str, value: dict) -> dict:
     if field != "models":
         return value
-    # What an endpoint was adapted to is learnt per process; the spec is what must agree.
-    return {role: {k: v for k, v in spec.items() if k != "adapted"} for role, spec in value.items()}
+    # What an endpoint was adapted to is learnt per process, batches are counted per
+    # process; the spec is what must agree.
+    return {role: {k: v for k, v in spec.items() if k not in ("adapted", "batching")} for role, spec in value.items()}
 
 
 class PartModels:
@@ -157,6 +158,12 @@ def combine(options: CombineOptions):
         for record in data["records"]:
             aggregator.add(record)
     aggregator.partial = any(data["stopped_early"] for _, data in parts)
+    for _, data in parts:  # each shard's processes' batch counts (models/batchstats.py)
+        batching = data.get("batching") or {}
+        aggregator.concurrency = batching.get("concurrency", aggregator.concurrency)
+        index = data["shard"]["index"]
+        for entry in batching.get("processes", []):
+            aggregator.batch_entries.append({**entry, "process": f"shard{index}/{entry['process']}"})
     asked = next((data["judge_check"] for _, data in parts if data.get("judge_check")), None)
     if asked is not None:  # shard 1 asked the judge; scored here against every record
         aggregator.judge_answers = (asked["shown"], asked["items"], asked["answers"])

@@ -307,8 +307,9 @@ def comparability_warnings(baseline: dict, current: dict) -> list[str]:
 
 
 def _spec_only(spec: dict | None) -> dict | None:
-    """A role's spec without what the run adapted to (that is reported, not compared)."""
-    return None if spec is None else {k: v for k, v in spec.items() if k != "adapted"}
+    """A role's spec without what the run adapted to and what its batcher gathered (those
+    are reported, not compared)."""
+    return None if spec is None else {k: v for k, v in spec.items() if k not in ("adapted", "batching")}
 
 
 def _spec_text(spec: dict) -> str:

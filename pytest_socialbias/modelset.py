@@ -324,6 +324,26 @@ class ModelSet:
             simulator_check=self.settings.simulator_check,
         )
 
+    def batch_stats(self) -> dict:
+        """Role -> what its in-process batcher gathered in this process (models/batchstats.py):
+        for the roles whose backend counts batches and was built here; roles that share
+        one loaded model (and so one batcher) name each other in ``shared_with``."""
+        if self._pool is None:
+            return {}
+        out: dict = {}
+        by_backend: dict = {}
+        for role, spec in sorted(self.specs.items()):
+            backend = self._pool.built_backend(spec)
+            if backend is None or not hasattr(backend, "batch_stats"):
+                continue
+            out[role] = backend.batch_stats()
+            by_backend.setdefault(id(backend), []).append(role)
+        for roles in by_backend.values():
+            for role in roles:
+                if len(roles) > 1:
+                    out[role]["shared_with"] = [other for other in roles if other != role]
+        return out
+
     def run(self, coro):
         """Run a coroutine on this process's event loop and wait for it."""
         return self.runner.run(coro)

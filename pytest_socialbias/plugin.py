@@ -501,6 +501,14 @@ def _take_shard(config: pytest.Config, state: RunState, items: list, cases: list
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     state = session.config.stash.get(STATE, None)
+    if state is not None and isinstance(state.models.role, roles.Worker):
+        # What this worker's in-process batchers gathered, for the controller's report
+        # (xdist sends workeroutput after this hook).
+        from .models.batchstats import process_entry
+
+        entry = process_entry(state.models)
+        if entry:
+            session.config.workeroutput["socialbias_batching"] = entry
     planned = state is not None and state.aggregator is not None and state.aggregator.dry_plan is not None
     # A shard that got no case (more shards than cases) still wrote its partial file.
     empty_shard = state is not None and state.selection is not None and state.settings.partial is not None
@@ -598,6 +606,8 @@ class XdistController:
         if output.get("socialbias_selection"):  # every worker deals the same shard
             self.state.selection = output["socialbias_selection"]
             self.state.share = output.get("socialbias_share")
+        if output.get("socialbias_batching"):  # what the worker's in-process batchers gathered
+            self.state.aggregator.batch_entries.append(output["socialbias_batching"])
         for line in output.get("socialbias_collection", []):
             if line not in self.collection:  # every worker collects every file
                 self.collection.append(line)
@@ -689,7 +699,7 @@ class Controller:
             shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
             records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
             failures_before=session.testsfailed, stopped_early=aggregator.partial,
-            judge_check=judge_check, suite_files=aggregator.suite_files,
+            judge_check=judge_check, suite_files=aggregator.suite_files, batching=aggregator.batching(),
         )
         share = state.share or {"cases": len(aggregator.records)}
         calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""

@@ -158,7 +158,8 @@ def result_settings(settings) -> dict:
 
 def partial_data(*, shard: Shard, selection: dict, settings, models: dict, records: list, notes: list,
                  warnings: list, failures_before: int, stopped_early: bool,
-                 judge_check: dict | None = None, suite_files: dict | None = None) -> dict:
+                 judge_check: dict | None = None, suite_files: dict | None = None,
+                 batching: list | None = None) -> dict:
     """What a shard's partial file holds: its records and what combine checks them by."""
     records = sorted(records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
     calls = sum(int(u.get("calls", 0)) for r in records for u in (r.get("usage") or {}).values())
@@ -182,6 +183,8 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
         "judge_check": judge_check,
         # Suite -> its file, relative to the rootdir (combine looks for its snapshots there).
         "suite_files": {suite: _relative(info["path"], settings.root) for suite, info in sorted((suite_files or {}).items())},
+        # The in-process batchers' counts, per process of this shard (models/batchstats.py).
+        "batching": {"concurrency": settings.concurrency, "processes": list(batching or [])},
         "records": records,
     }
 

@@ -331,6 +331,11 @@ def test_three_class_classifier_beside_a_judge_end_to_end(project):
     assert models["kind"] == "classifier" and models["classifier"]["output"] == "classes"
     assert models["classifier"]["labels"] == {"N": "N", "OB": "OB", "BB": "BB"}
     assert models["checkpoint"].startswith("sha256:")
+    # Its batcher's counts (timing-dependent), with the default window and cap.
+    batching = models["batching"]
+    assert (batching["batch_wait_ms"], batching["max_batch"], batching["max_batch_effective"]) == (5.0, 32, 16)
+    assert batching["batches"] >= 1 and batching["rows"] >= 1 and [p["device"] for p in batching["processes"]] == ["cpu"]
+    result.stdout.fnmatch_lines(["hfcls guard: * batch*, * rows on average (largest *), window 5 ms, cap 16*"])
     guard_lines = [line for line in result.stdout.lines if line.lstrip().startswith("guard ")]
     assert any("clean" in line for line in guard_lines)
 

@@ -204,3 +204,15 @@ def test_a_run_on_hf_end_to_end(pytester, keys):
     report = json.loads((pytester.path / "r.json").read_text())
     assert report["models"]["target"]["provider"] == "hf"
     assert [c["outcome"] for c in report["cases"]] != ["error"], report["cases"]
+    # The batches the model's batcher gathered (how many share one depends on timing),
+    # the gathering window, the cap as configured and as in effect, and the device.
+    batching = report["models"]["target"]["batching"]
+    assert (batching["batch_wait_ms"], batching["max_batch"], batching["max_batch_effective"]) == (5.0, 32, 16)
+    assert batching["batches"] >= 1 and batching["rows"] >= 2 and 1 <= batching["rows_max"] <= 16
+    assert batching["rows_mean"] == round(batching["rows"] / batching["batches"], 2)
+    assert [(p["process"], p["device"]) for p in batching["processes"]] == [("main", "cpu")]
+    assert "judge" in batching["shared_with"] and report["models"]["judge"]["batching"]["rows"] == batching["rows"]
+    result.stdout.fnmatch_lines([
+        "hf *target* (one model): * batch*, * rows on average (largest *), window 5 ms, cap 16 "
+        "(max_batch=32, held to the calls in flight: --socialbias-concurrency); on cpu",
+    ])

@@ -2,7 +2,8 @@
 ``hfcls:``): a call's row waits at most ``batch_wait_s`` for company, a batch holds at
 most ``max_batch`` rows, and one thread of the backend's own runs each batch (the model's
 work leaves the event loop free). Every row's future is settled when its batch ends: with
-its result, or with the batch's error (never left waiting)."""
+its result, or with the batch's error (never left waiting). It counts what it gathered
+(``stats``): the run reports it beside each in-process role (models/batchstats.py)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ class RowBatcher:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: Batches run, rows in them, and the largest (counted by the batcher's thread).
+        self.batches = 0
+        self.rows = 0
+        self.rows_max = 0
+
+    def stats(self) -> dict:
+        """What this batcher gathered so far: batches run, rows in them, the largest."""
+        return {"batches": self.batches, "rows": self.rows, "rows_max": self.rows_max}
 
     def submit(self, row) -> None:
         """Queue ``row`` (it has ``future`` and ``loop``); the thread starts with the first."""
@@ -56,6 +65,9 @@ class RowBatcher:
                     self._wake.clear()
                     continue
             rows = self._take()
+            self.batches += 1
+            self.rows += len(rows)
+            self.rows_max = max(self.rows_max, len(rows))
             try:
                 self.run_batch(rows)
             except BaseException as exc:  # every waiting call gets the error

@@ -181,8 +181,7 @@ class CallPool:
         roles on the same API endpoint share one client and its connection pool.
         Decoding parameters travel with each call, so they are not part of the identity.
         """
-        identity = (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())),
-                    canonical_json(spec.runtime))
+        identity = self._identity(spec)
         with self._lock:  # the warm-up thread and the event loop may both ask
             if identity not in self._backends:
                 self._backends[identity] = build_backend(
@@ -190,6 +189,16 @@ class CallPool:
                     gpus=self.gpus,
                 )
             return self._backends[identity]
+
+    @staticmethod
+    def _identity(spec: ModelSpec) -> tuple:
+        return (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())),
+                canonical_json(spec.runtime))
+
+    def built_backend(self, spec: ModelSpec):
+        """The backend of ``spec`` if this process built it, else None (builds nothing)."""
+        with self._lock:
+            return self._backends.get(self._identity(spec))
 
     async def aclose(self) -> None:
         for backend in self._backends.values():

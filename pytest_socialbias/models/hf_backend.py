@@ -145,6 +145,13 @@ class _Row:
     finish: str = FINISH_STOP
 
 
+def token_row(prompt: list, max_tokens: int, temperature: float = 1.0, top_p: float = 1.0, seed: int = 0) -> _Row:
+    """A request given as token ids, outside any event loop: what ``complete`` queues for
+    a chat call, without the tokenizer and its chat template (benchmarks/gpu_probe.py)."""
+    return _Row(prompt=list(prompt), max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                top_logprobs=None, choices=None, future=None, loop=None)
+
+
 class HFBackend:
     def __init__(self, spec, option: str, gpus: str | None = None):
         check_available(option)
@@ -165,6 +172,20 @@ class HFBackend:
         self.batches: list[int] = []
         #: Rows computed over every step of every batch (a finished row stops counting).
         self.row_steps = 0
+        #: Positions whose logits each forward pass computes: the last one (the only one
+        #: a step reads). 0 means every position, as transformers takes it: the
+        #: behaviour before logits_to_keep, kept for benchmarks/gpu_probe.py to measure.
+        self.logits_to_keep = 1
+
+    def use_loaded(self, tokenizer, model, device: str) -> None:
+        """Serve an already built model (benchmarks/gpu_probe.py drives ``_decode`` with a
+        randomly initialised one and token ids: no checkpoint, no download). ``tokenizer``
+        needs ``pad_token_id`` and ``eos_token_id``, and ``decode`` for log-probabilities."""
+        self._tokenizer, self._model, self._device = tokenizer, model, device
+
+    def batch_stats(self) -> dict:
+        """What this backend's batcher gathered in this process, and where it decoded."""
+        return {**self._batcher.stats(), "device": self._device, "max_batch": self.max_batch}
 
     # ---- loading ----------------------------------------------------------------------
 
@@ -294,7 +315,8 @@ class HFBackend:
         parameters = inspect.signature(model.forward).parameters
         # The KV cache argument is ``cache`` in newer transformers, ``past_key_values`` before.
         cache_arg = "cache" if "cache" in parameters else "past_key_values"
-        keep = next(({name: 1} for name in ("logits_to_keep", "num_logits_to_keep") if name in parameters), {})
+        keep = next(({name: self.logits_to_keep} for name in ("logits_to_keep", "num_logits_to_keep")
+                     if name in parameters), {})
         past = None
         steps = max(r.max_tokens if r.choices is None else max(len(c) for c in r.choices) for r in rows)
         batch = list(rows)  # the rows still decoding: a finished row leaves the batch

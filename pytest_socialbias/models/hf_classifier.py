@@ -265,6 +265,11 @@ class HFClassifierBackend:
         #: Rows per batch scored, for tests and benchmarks.
         self.batches: list[int] = []
 
+    def batch_stats(self) -> dict:
+        """What this backend's batcher gathered in this process, and where it scored."""
+        device = self._loaded[2] if self._loaded is not None else None
+        return {**self._batcher.stats(), "device": device, "max_batch": self.max_batch}
+
     # ---- loading ----------------------------------------------------------------------
 
     def _load(self):

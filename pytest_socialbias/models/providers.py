@@ -89,6 +89,11 @@ class Provider:
     #: nothing; openai costs 1.4 s of CPU to import, anthropic 3 s); when the variable is
     #: set the SDK itself is asked, so the key always names the URL the SDK would use.
     default_url: tuple[str, str] | None = None
+    #: (max_batch, batch_wait_ms) by default, for a backend run in this process that
+    #: gathers the calls in flight into batches (models/batcher.py); a spec's own
+    #: ``max_batch=`` and ``batch_wait_ms=`` win. Such roles get batch statistics in the
+    #: report and the summary (models/batchstats.py).
+    batch_defaults: tuple | None = None
 
     def can(self, capability: str) -> bool:
         return capability in self.capabilities
@@ -306,6 +311,7 @@ def _hf_identity(spec) -> tuple:
 HF = register(Provider(
     name="hf", build=_build_hf, build_early=False, check=_check_hf,
     capabilities=frozenset({RUNTIME_SETTINGS, CONSTRAINED_ANSWERS, LOGPROBS, SEED}), cache_identity=_hf_identity,
+    batch_defaults=(16, 5.0),  # hf_backend.DEFAULT_MAX_BATCH, DEFAULT_BATCH_WAIT_MS
     url_hint="for a server, write openai:MODEL@{url} or vllm:MODEL",
     unsupported=(("reasoning_effort", "the hf backend has no reasoning_effort"),
                  ("thinking_budget", "the hf backend has no thinking_budget")),
@@ -343,6 +349,7 @@ _NO_DECODING = "a classifier head does not decode: hfcls takes no {}"
 HFCLS = register(Provider(
     name="hfcls", build=_build_hfcls, build_early=False, check=_check_hfcls,
     capabilities=frozenset({RUNTIME_SETTINGS, CLASSIFIER}), cache_identity=_hfcls_identity,
+    batch_defaults=(32, 5.0),  # hf_classifier.DEFAULT_MAX_BATCH, DEFAULT_BATCH_WAIT_MS
     url_hint="a classifier head runs in this process: give its folder, hfcls:PATH",
     unsupported=tuple((name, _NO_DECODING.format(name)) for name in
                       ("temperature", "top_p", "max_tokens", "seed", "reasoning_effort", "thinking_budget")),

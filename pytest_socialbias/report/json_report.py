@@ -1,7 +1,9 @@
 """The JSON report: deterministic (sorted keys, sorted cases, no timings, no cache counts).
 
 A replayed run (``--socialbias-record=none``) and runs with ``-n 0``, ``-n 2`` or
-``-p no:xdist`` give the same file for the same answers.
+``-p no:xdist`` give the same file for the same answers. One exception: the batch
+statistics of in-process models (``models.ROLE.batching`` of ``hf:`` and ``hfcls:``
+roles, models/batchstats.py) depend on how calls gathered in time; nothing compares them.
 """
 
 from __future__ import annotations

@@ -155,6 +155,9 @@ def summary_lines(result) -> list[str]:
                     for url, n in u["replicas"].items()
                 )
                 lines.append(f"replicas of the {role}: {served}")
+    from ..models.batchstats import batching_lines
+
+    lines += batching_lines(result.models)  # in-process models: the batches they gathered
     if result.comparison is not None:
         lines += comparison_lines(result.comparison)
     if result.judge_check is not None:
