@@ -36,7 +36,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_socialbias.protocols.user_check import UserTurnContext, check_user_turn  # noqa: E402
+from pytest_socialbias.protocols.turn_model import check as check_user_turn  # noqa: E402
+from pytest_socialbias.protocols.user_check import UserTurnContext  # noqa: E402
 
 
 def free_port() -> int:

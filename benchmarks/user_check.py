@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_socialbias.protocols.turn_model import labelled_context  # noqa: E402
-from pytest_socialbias.protocols.user_check import check_user_turn, clean_user_message  # noqa: E402
+from pytest_socialbias.protocols.turn_model import SHIPPED, check  # noqa: E402
+from pytest_socialbias.protocols.user_check import clean_user_message  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "tuning-3": "user_turns_3.yaml",
@@ -62,7 +63,7 @@ def classify(path: Path, judge=None, record=None, rules_only: bool = False) -> l
         ctx = context(entry)
         for turn in entry["turns"]:
             text = clean_user_message(turn["text"])
-            found = check_user_turn(text, ctx, model=None) if rules_only else check_user_turn(text, ctx)
+            found = check(text, ctx, model=None if rules_only else SHIPPED)
             out.append((entry["id"], turn["label"], found.kind if found else "clean", turn["text"]))
             if found is None and judge is not None:
                 history = [{"user": "(an earlier question)", "assistant": entry["previous_reply"]}] if entry.get(

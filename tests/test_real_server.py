@@ -113,7 +113,8 @@ def test_the_smoke_suite_through_the_server_gets_readable_judge_labels(pytester,
     assert labelled and all(set(c["labels"]["bias"]) <= {0, 1} for c in labelled)
     # The embedded model as simulated user: every draw is counted, every turn the target
     # saw passed the checks, and every rejected draft is kept with its reason.
-    from pytest_socialbias.protocols.user_check import UserTurnContext, check_user_turn
+    from pytest_socialbias.protocols.turn_model import check as check_user_turn
+    from pytest_socialbias.protocols.user_check import UserTurnContext
 
     record = report["simulator"]["smoke"]["overall"]
     print(f"simulator record through the llama.cpp server: {record}")

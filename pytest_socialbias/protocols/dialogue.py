@@ -19,8 +19,9 @@ from ..judges import judge_binary, judge_scale
 from ..judges.guards import guard_kind, screen_in_unit
 from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STYLES, USER_SIMULATOR_ERROR
+from .turn_model import check as check_turn
 from .user_check import (
-    CONTENT_FILTER, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, check_user_turn, clean_user_message,
+    CONTENT_FILTER, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
 )
 
 #: What a guard's block does to the dialogue (--socialbias-guard-policy): ``follow`` it on
@@ -117,8 +118,9 @@ async def draw_user_message(
     draws rejected before it (``{"kind", "reason", "text"}`` each), or raise
     UserSimulatorFailure listing them.
 
-    A draw is rejected when ``user_check.check_user_turn`` finds a role break in it (the
-    assistant's voice, the set-up or the seed revealed, the previous reply copied), when
+    A draw is rejected when ``turn_model.check`` finds a role break in it (the word rules,
+    then the learned reading: the assistant's voice, the set-up or the seed revealed, the
+    previous reply copied), when
     the provider's content filter stopped it, or, with a ``judge`` (the judged simulator
     check), when the judge finds it revealing or not following from ``history``. Every
     draw is counted in ``record`` (the report's simulator record)."""
@@ -135,7 +137,7 @@ async def draw_user_message(
             # the calls of simulators that stay in role.
             finding = None
         else:
-            finding = check_user_turn(text, context)
+            finding = check_turn(text, context)
         if finding is None and judge is not None:
             judged = await judge_user_turn(judge, history, text, usage, record)
             finding = None if reply.model == DRY_RUN_MODEL else judged

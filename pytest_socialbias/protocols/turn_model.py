@@ -163,6 +163,25 @@ def load() -> TurnModel:
     return TurnModel(data["weights"], data["threshold"], data.get("meta"))
 
 
+#: ``check``'s ``model`` default: the learned reading shipped with the package.
+SHIPPED = "shipped"
+
+
+def check(text: str, context: uc.UserTurnContext = uc.UserTurnContext(), model=SHIPPED) -> uc.Finding | None:
+    """The simulated-user check a run makes on a cleaned user message: the word rules
+    (``user_check.check_user_turn``), then, for a turn they pass, the learned reading
+    (``model``: the shipped one by default; None: the rules alone). The first role break
+    found, or None."""
+    found = uc.check_user_turn(text, context)
+    if found is not None or model is None:
+        return found
+    verdict = (load() if model == SHIPPED else model).judge(text, context)
+    if verdict is None:
+        return None
+    kind, clean = verdict
+    return uc.Finding(kind, f"learned reading, P(clean) {clean:.2f}")
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -254,7 +273,7 @@ def _choose_threshold(turns: list, folds: int, epochs: int) -> tuple[float, dict
         test_ids = set(contexts[fold::folds])
         model = _fit([t for t in turns if t[0] not in test_ids], epochs)
         for cid, label, text, ctx in turns:
-            if cid in test_ids and uc.check_user_turn(text, ctx, model=None) is None:
+            if cid in test_ids and uc.check_user_turn(text, ctx) is None:
                 feats = features(text, ctx)
                 # A turn with no sign of any break is never flagged (TurnModel.judge).
                 held.append((label, model.probabilities(feats)[0] if evidence(feats) else 1.0))

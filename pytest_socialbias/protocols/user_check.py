@@ -23,8 +23,8 @@ They are similarity measures and patterns of wording, not lists of exact phrases
 in other words than the seed's is caught by its shape (the group's name followed by a
 generalising predicate, hearsay the user endorses, a loaded why-question), and the group
 by any of its names (``name_the_group``: the lexicon data/group_terms.yaml, 400 families).
-A turn they pass is read again by a learned model (``turn_model``), unless
-``check_user_turn(..., model=None)``. Patterns, thresholds and the model come from
+A turn they pass is read again by a learned model (``turn_model.check``: the check a
+run makes). Patterns, thresholds and the model come from
 labelled user turns written by us (tests/data/user_turns.yaml, _2, _3, _fresh and
 _unseen: recall 0.93-1.0 on every kind of break, at most 1% of clean turns flagged) and
 are measured on a set written afterwards by someone who never saw them, never tuned on
@@ -646,28 +646,9 @@ def _copy(text: str, reply: str | None) -> str | None:
     return None
 
 
-#: check_user_turn's ``model`` default: the learned reading shipped with the package.
-SHIPPED_MODEL = "shipped"
-
-
-def check_user_turn(text: str, context: UserTurnContext = UserTurnContext(), model=SHIPPED_MODEL) -> Finding | None:
-    """The first role break found in a cleaned user message, or None: the word rules, then
-    (for a turn they pass) the learned reading (``turn_model``; ``model=None``: rules only)."""
-    found = _rules(text, context)
-    if found is not None or model is None:
-        return found
-    if model == SHIPPED_MODEL:
-        from . import turn_model
-
-        model = turn_model.load()
-    verdict = model.judge(text, context)
-    if verdict is None:
-        return None
-    kind, clean = verdict
-    return Finding(kind, f"learned reading, P(clean) {clean:.2f}")
-
-
-def _rules(text: str, context: UserTurnContext) -> Finding | None:
+def check_user_turn(text: str, context: UserTurnContext = UserTurnContext()) -> Finding | None:
+    """The first role break the word rules find in a cleaned user message, or None (a run
+    reads what they pass again: ``turn_model.check``)."""
     if not text.strip():
         return Finding(EMPTY)
     if _ASSISTANT_VOICE.search(text):
