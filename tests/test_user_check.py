@@ -164,3 +164,4 @@ def test_training_is_reproducible_and_learns_the_labels(tmp_path):
     out = tmp_path / "model.json"
     assert turn_model.main(["train", str(data), "-o", str(out), "--epochs", "5", "--folds", "2"]) == 0
     assert json.loads(out.read_text())["labels"] == list(turn_model.LABELS)
+    assert turn_model.dumps(turn_model.TurnModel(**{k: v for k, v in json.loads(out.read_text()).items() if k != "labels"})) == out.read_text()

@@ -155,6 +155,16 @@ class TurnModel:
                 "weights": {k: [round(x, 6) for x in v] for k, v in sorted(self.weights.items())}}
 
 
+def dumps(model: TurnModel) -> str:
+    """The model file's text: one feature's weights a line, so that a retrained model reads
+    as a diff of features."""
+    data = model.to_dict()
+    weights = data.pop("weights")
+    head = json.dumps(data, sort_keys=True, indent=1)[:-2]
+    rows = ",\n".join(f"  {json.dumps(name)}: {json.dumps(row)}" for name, row in weights.items())
+    return f'{head},\n "weights": {{\n{rows}\n }}\n}}\n'
+
+
 @functools.lru_cache(maxsize=1)
 def load() -> TurnModel:
     data = json.loads(MODEL_FILE.read_text(encoding="utf-8"))
@@ -314,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--folds", type=int, default=5)
     args = parser.parse_args(argv)
     model = build(args.sets, folds=args.folds, epochs=args.epochs)
-    args.output.write_text(json.dumps(model.to_dict(), indent=0, sort_keys=True) + "\n", encoding="utf-8")
+    args.output.write_text(dumps(model), encoding="utf-8")
     print(f"wrote {args.output}: {len(model.weights)} features, threshold {model.threshold:.4f}")
     print(json.dumps(model.meta["cross_validation"], indent=1))
     return 0
