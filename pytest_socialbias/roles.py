@@ -29,6 +29,7 @@ class ProcessRole(ABC):
     name = ""
     aggregates = True  # collects the records, decides the gates, writes the reports
     runs_cases = True  # calls models: warms them up, runs batches
+    process = "main"  # this process as reports name it (models/batchstats.py)
 
     def run_id(self) -> str:
         """The run's id, shared by all its processes (endpoint checks, the cache's runs)."""
@@ -63,6 +64,7 @@ class SingleProcess(ProcessRole):
 class Controller(ProcessRole):
     name = "xdist controller"
     runs_cases = False
+    process = "controller"
 
     def __init__(self, workers: int):
         self.workers = workers
@@ -78,6 +80,9 @@ class Worker(ProcessRole):
     def __init__(self, workerinput: dict, queued: Callable[[], list] | None = None):
         self.workerinput = workerinput
         self.queued = queued  # the cases xdist has queued for this worker (plugin.py)
+        # xdist's own id for this worker (from its workerinput, not the environment, which
+        # a run nested inside a worker inherits)
+        self.process = workerinput.get("workerid") or os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 
     def run_id(self) -> str:
         return self.workerinput.get("socialbias_run") or uuid.uuid4().hex

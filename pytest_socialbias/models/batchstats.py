@@ -14,15 +14,7 @@ deterministic. Comparisons with a baseline and combine's checks leave it out.
 
 from __future__ import annotations
 
-import os
-
 from .providers import get as provider_named
-
-
-def process_name(runs_cases: bool = True) -> str:
-    """This process as the report names it: its xdist worker id, ``main`` for a run
-    without workers, ``controller`` for the xdist controller."""
-    return os.environ.get("PYTEST_XDIST_WORKER") or ("main" if runs_cases else "controller")
 
 
 def process_entry(models) -> dict | None:
@@ -32,7 +24,8 @@ def process_entry(models) -> dict | None:
     roles = models.batch_stats()
     if not roles:
         return None
-    return {"process": process_name(models.role.runs_cases), "concurrency": models.settings.concurrency,
+    # its xdist worker id, ``main`` for a run without workers (roles.py)
+    return {"process": models.role.process, "concurrency": models.settings.concurrency,
             "roles": roles}
 
 
