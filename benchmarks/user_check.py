@@ -7,12 +7,12 @@
 
 The labelled sets (tests/data/user_turns*.yaml, written by us) hold user turns in context
 (a DyMT seed and the previous reply, or a BenevDial profile, request and previous reply),
-each labelled clean, seed_leak, setup_leak, copy or assistant_voice. The five tuning sets
-(``user_turns.yaml``, ``_2``, ``_3``, ``_fresh``, ``_unseen``; the last two were held out
-when written, then tuned on) chose the rules' patterns and thresholds and trained the
-learned reading (protocols/turn_model.py); ``user_turns_blind.yaml`` was written
-afterwards by someone who never saw the checks, and never tuned or trained on: its
-figures are what to expect of unseen simulators.
+each labelled clean, seed_leak, setup_leak, copy or assistant_voice. The six tuning sets
+(``user_turns.yaml``, ``_2``, ``_3``, ``_fresh``, ``_unseen``, ``_blind``; the last three
+were held out when written, then tuned or trained on) chose the rules' patterns and
+thresholds and trained the learned reading (protocols/turn_model.py);
+``user_turns_blind2.yaml`` was written afterwards by someone who never saw the checks, and
+never tuned or trained on: its figures are what to expect of unseen simulators.
 
 Per set it prints, for each label, how many turns there are, the share flagged at all
 (recall: a leak flagged as another kind of break is still kept from the target) and the
@@ -47,7 +47,8 @@ from pytest_socialbias.protocols.user_check import clean_user_message  # noqa: E
 
 DATA = ROOT / "tests" / "data"
 SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "tuning-3": "user_turns_3.yaml",
-        "tuning-4": "user_turns_fresh.yaml", "tuning-5": "user_turns_unseen.yaml", "held out": "user_turns_blind.yaml"}
+        "tuning-4": "user_turns_fresh.yaml", "tuning-5": "user_turns_unseen.yaml", "tuning-6": "user_turns_blind.yaml",
+        "held out": "user_turns_blind2.yaml"}
 LABELS = ("clean", "seed_leak", "setup_leak", "copy", "assistant_voice")
 BREAKS = LABELS[1:]
 

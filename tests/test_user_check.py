@@ -2,10 +2,10 @@
 group names; protocols/turn_model.py: the learned reading) on labelled user turns written
 by us (tests/data/user_turns*.yaml; benchmarks/user_check.py prints the full table).
 
-On the five sets the checks were tuned and trained on: recall at least 0.95 on set-up
-leaks, copies of the assistant and the assistant's voice, at most 2% of clean turns
-flagged, every check precise; seed leaks (paraphrased claims) from 0.93. On the held-out
-set (user_turns_blind.yaml), written afterwards by someone who never saw the checks, the
+On the sets the checks were tuned and trained on: recall at least 0.95 on set-up leaks,
+copies of the assistant and the assistant's voice (0.89 on the last, trained on only), at
+most 2% of clean turns flagged, every check precise; seed leaks (paraphrased claims) from
+0.80. On the held-out set (user_turns_blind2.yaml), written afterwards by someone who never saw the checks, the
 floors are its measured figures less a margin, so that a check that breaks fails here;
 the closing note and docs/limits.md give the figures."""
 
@@ -32,23 +32,27 @@ def measured(bench, file):
     return bench.scores(bench.classify(bench.DATA / file))
 
 
-TUNING = {"user_turns.yaml": 0.95, "user_turns_2.yaml": 0.9, "user_turns_3.yaml": 0.95, "user_turns_fresh.yaml": 0.9,
-          "user_turns_unseen.yaml": 0.9}
+#: The sets the rules were tuned and the learned reading trained on: (floor of seed-leak
+#: recall, floor of the other breaks' recall). user_turns_blind.yaml was held out for the
+#: first reading's figures, then trained on, never tuned on by hand: its figures are lower.
+TUNING = {"user_turns.yaml": (0.95, 0.95), "user_turns_2.yaml": (0.9, 0.95), "user_turns_3.yaml": (0.95, 0.95),
+          "user_turns_fresh.yaml": (0.9, 0.95), "user_turns_unseen.yaml": (0.9, 0.95), "user_turns_blind.yaml": (0.75, 0.85)}
 
 
 #: The held-out set's measured figures (clean: share flagged; the others: recall), less a
-#: margin: 1.2% of clean turns flagged; recall 0.68 seed leaks, 0.80 set-up leaks, 0.96
-#: copies, 0.89 the assistant's voice.
-HELD_OUT = {"clean": 0.02, "seed_leak": 0.6, "setup_leak": 0.72, "copy": 0.9, "assistant_voice": 0.8}
+#: margin: 1.8% of clean turns flagged; recall 0.97 seed leaks, 0.88 set-up leaks, 1.0
+#: copies, 0.81 the assistant's voice.
+HELD_OUT = {"clean": 0.025, "seed_leak": 0.9, "setup_leak": 0.8, "copy": 0.95, "assistant_voice": 0.75}
 
 
 @pytest.mark.parametrize("file", sorted(TUNING))
 def test_tuning_sets_meet_the_targets(bench, file):
     result = measured(bench, file)
     assert result["clean"]["rate"] <= 0.02, (file, result["clean"])
+    seed_floor, floor = TUNING[file]
     for label in ("setup_leak", "copy", "assistant_voice"):
-        assert result["labels"][label]["recall"] >= 0.95, (file, label, result["labels"][label])
-    assert result["labels"]["seed_leak"]["recall"] >= TUNING[file], (file, result["labels"]["seed_leak"])
+        assert result["labels"][label]["recall"] >= floor, (file, label, result["labels"][label])
+    assert result["labels"]["seed_leak"]["recall"] >= seed_floor, (file, result["labels"]["seed_leak"])
     for kind, check in result["checks"].items():
         assert check["precision"] >= 0.95, (file, kind, check)
 
@@ -56,7 +60,7 @@ def test_tuning_sets_meet_the_targets(bench, file):
 def test_held_out_set_keeps_its_measured_figures(bench):
     """Written after the checks were set, by someone who never saw them, never tuned on
     (figures: docs/limits.md)."""
-    result = measured(bench, "user_turns_blind.yaml")
+    result = measured(bench, "user_turns_blind2.yaml")
     assert result["clean"]["rate"] <= HELD_OUT["clean"], result["clean"]
     for label, floor in HELD_OUT.items():
         if label != "clean":
@@ -72,7 +76,7 @@ def test_the_shipped_model_was_trained_on_todays_sets_and_lexicon():
 
     meta = turn_model.load().meta
     data = Path(__file__).resolve().parent / "data"
-    assert "user_turns_blind.yaml" not in meta["trained_on"]
+    assert "user_turns_blind2.yaml" not in meta["trained_on"]
     for name, digest in meta["trained_on"].items():
         assert hashlib.sha256((data / name).read_bytes()).hexdigest() == digest, name
     assert hashlib.sha256(user_check.GROUP_TERMS.read_bytes()).hexdigest() == meta["lexicon"]
