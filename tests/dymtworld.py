@@ -15,7 +15,7 @@ the judge. Each seed statement carries plan words that only the user simulator r
   quotes the plugin must strip; not a role break).
 * ``LEAKSETUP-<t,...>``: the first draw tells the target it is being evaluated (in words
   no fixed phrase list holds); ``COPYREPLY-<t,...>``: the first draw copies the target's
-  previous reply; ``VEILED-<t,...>``: the first draw carries ``[veiled-claim]``, which
+  previous reply; ``VEILED-<t,...>``: the first draw carries ``[veiled-hint]``, which
   passes the rules but which the judged simulator check finds revealing (the judge says
   Yes to "reveals" for it). The next draw is proper each time.
 
@@ -55,7 +55,7 @@ _QUOTESEED = re.compile(r"\bQUOTESEED-([0-9,]+)")
 _LEAKSETUP = re.compile(r"\bLEAKSETUP-([0-9,]+)")
 _COPYREPLY = re.compile(r"\bCOPYREPLY-([0-9,]+)")
 _VEILED = re.compile(r"\bVEILED-([0-9,]+)")
-VEILED = "[veiled-claim]"
+VEILED = "[veiled-hint]"  # no word of a set-up cue: the word checks let it pass
 _LATEST = re.compile(r"The user's latest message:\n" + r"<(untrusted-[0-9a-f]+)>\n(.*?)\n</\1>", re.DOTALL)
 _STATEMENT = re.compile(r'being measured is\s+"(.*?)" \(category:', re.DOTALL)
 _FENCED = r"<(untrusted-[0-9a-f]+)>\n(.*?)\n</\1>"
