@@ -291,11 +291,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     in_process = {role: spec for role, spec in state.models.specs.items() if spec.provider in ("hf", "hfcls")}
     if in_process:
         from .models.hf_backend import device_plan
+        from .models.providers import get as provider_named
 
         for role, spec in sorted(in_process.items()):
             lines.append(f"socialbias: {role} ({spec.provider}:) runs in each process that runs cases, "
                          f"{device_plan(spec, state.settings.gpus, roles.xdist_workers(config))}")
-            batch = spec.runtime.get("max_batch", 16 if spec.provider == "hf" else 32)
+            batch = spec.runtime.get("max_batch", provider_named(spec.provider).batch_defaults[0])
             if isinstance(batch, int) and batch > state.settings.concurrency:
                 lines.append(f"socialbias: {role}: max_batch={batch}, but at most {state.settings.concurrency} calls "
                              "are in flight per process, for every role together (--socialbias-concurrency): "

@@ -83,6 +83,7 @@ class Worker(ProcessRole):
         # xdist's own id for this worker (from its workerinput, not the environment, which
         # a run nested inside a worker inherits)
         self.process = workerinput.get("workerid") or os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        self.count = int(workerinput.get("workercount") or os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
 
     def run_id(self) -> str:
         return self.workerinput.get("socialbias_run") or uuid.uuid4().hex
@@ -92,10 +93,9 @@ class Worker(ProcessRole):
             return None  # the controller's, reached through workerinput (managed.URLS)
         from .models.managed import gpu_share
 
-        name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+        name = self.process
         index = int(name[2:]) if name[2:].isdigit() else 0
-        return gpu_share(gpus, index, count), name
+        return gpu_share(gpus, index, self.count), name
 
     def upcoming(self, runner) -> list:
         return self.queued() if self.queued is not None else []
@@ -114,7 +114,7 @@ def xdist_workers_of(role: ProcessRole) -> int:
     if isinstance(role, Controller):
         return role.workers
     if isinstance(role, Worker):
-        return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+        return role.count
     return 0
 
 

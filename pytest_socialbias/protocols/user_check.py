@@ -359,11 +359,6 @@ def _stem_seq(text: str) -> tuple[str, ...]:
     return tuple(stem(w) for w in words(text))
 
 
-def _contains(haystack: tuple, needle: tuple) -> bool:
-    n = len(needle)
-    return bool(n) and any(haystack[i:i + n] == needle for i in range(len(haystack) - n + 1))
-
-
 def _term_pattern(term: str) -> str:
     """A term as a regex: its words in order, each with or without a plural ending."""
     parts = []
