@@ -2,6 +2,7 @@
 
     python benchmarks/simulator_real.py                          # this checkout
     python benchmarks/simulator_real.py --code /tmp/old-checkout # another one, as before
+    python benchmarks/simulator_real.py --check embedded         # the run checks with the embedded reading
 
 Starts llama-cpp-python's OpenAI-compatible server with the embedded SmolLM2 on a loopback
 port, runs DyMT dialogues (``--seeds`` seeds of suites/dymt/seeds.yaml, both user styles,
@@ -93,8 +94,9 @@ def suite_file(folder: Path, seeds: int, turns: int) -> tuple[Path, dict]:
     return path, {s["id"]: s for s in chosen}
 
 
-def measure(report: dict, seeds: dict) -> dict:
-    """The current checks over every user turn the target saw."""
+def measure(report: dict, seeds: dict, embedded: bool = False) -> dict:
+    """The current checks (with ``embedded``, the embedded reading after them) over every
+    user turn the target saw."""
     found: Counter = Counter()
     turns = 0
     examples: dict[str, str] = {}
@@ -105,7 +107,12 @@ def measure(report: dict, seeds: dict) -> dict:
             turns += 1
             context = UserTurnContext(seed=seed["statement"], allowed=(seed["group"], seed["category"]),
                                       previous_reply=previous)
-            finding = check_user_turn(turn["user"], context)
+            if embedded:
+                from pytest_socialbias.protocols import turn_embed
+
+                finding = turn_embed.check(turn["user"], context)
+            else:
+                finding = check_user_turn(turn["user"], context)
             if finding is not None:
                 found[finding.kind] += 1
                 examples.setdefault(finding.kind, turn["user"][:160])
@@ -119,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=12)
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--keep", help="copy the JSON report here")
+    parser.add_argument("--check", choices=("rules", "embedded", "judge"), default="rules",
+                        help="--socialbias-simulator-check of the run, and the checks that measure what the target saw "
+                             "(rules: the rules and the learned reading; embedded: and the embedded reading)")
     parser.add_argument("--report", help="measure a report kept earlier (--keep) with the current checks; run nothing")
     args = parser.parse_args(argv)
     if args.report:
@@ -140,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
                 [sys.executable, "-m", "pytest", str(suite), "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                  f"--target={spec}?max_tokens=120", f"--user-model={spec}?max_tokens=120", f"--judge={spec}",
                  f"--socialbias-report={folder / 'r.json'}", f"--socialbias-cache-dir={folder / 'cache'}",
-                 "--socialbias-concurrency=4", f"--rootdir={folder}"],
+                 "--socialbias-concurrency=4", f"--rootdir={folder}",
+                 # (the default not named: an older checkout may not know the option)
+                 *([f"--socialbias-simulator-check={args.check}"] if args.check != "rules" else [])],
                 cwd=folder, env=env, capture_output=True, text=True,
             )
             took = time.monotonic() - started
@@ -157,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summarise(report: dict, seeds: dict, args, took: float | None) -> int:
-    seen = measure(report, seeds)
+    seen = measure(report, seeds, embedded=args.check == "embedded")
     cases = len(report["cases"])
     failed = sum(1 for c in report["cases"] if any(e["kind"] == "user_simulator_error" for e in c["errors"]))
     timing = f", {took:.0f} s" if took is not None else f" (report {args.report})"

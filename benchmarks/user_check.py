@@ -3,15 +3,17 @@
     python benchmarks/user_check.py                       # every labelled set
     python benchmarks/user_check.py --misses              # and each turn it got wrong
     python benchmarks/user_check.py --rules-only          # the word rules without the learned reading
+    python benchmarks/user_check.py --embedded            # and the embedded model's reading after it
     python benchmarks/user_check.py --judge SPEC [--sets "held out"]   # the judged check too
 
 The labelled sets (tests/data/user_turns*.yaml, written by us) hold user turns in context
 (a DyMT seed and the previous reply, or a BenevDial profile, request and previous reply),
-each labelled clean, seed_leak, setup_leak, copy or assistant_voice. The six tuning sets
-(``user_turns.yaml``, ``_2``, ``_3``, ``_fresh``, ``_unseen``, ``_blind``; the last three
-were held out when written, then tuned or trained on) chose the rules' patterns and
-thresholds and trained the learned reading (protocols/turn_model.py);
-``user_turns_blind2.yaml`` was written afterwards by someone who never saw the checks, and
+each labelled clean, seed_leak, setup_leak, copy or assistant_voice. The eight tuning sets
+(``user_turns.yaml``, ``_2``, ``_3``, ``_fresh``, ``_unseen``, ``_blind``, ``_blind2``,
+``_blind4``; the last five were held out when written, then tuned or trained on) chose
+the rules' patterns and thresholds and trained the learned reading
+(protocols/turn_model.py) and the embedded reading (protocols/turn_embed.py);
+``user_turns_blind3.yaml`` was written afterwards by someone who never saw the checks, and
 never tuned or trained on: its figures are what to expect of unseen simulators.
 
 Per set it prints, for each label, how many turns there are, the share flagged at all
@@ -48,7 +50,8 @@ from pytest_socialbias.protocols.user_check import clean_user_message  # noqa: E
 DATA = ROOT / "tests" / "data"
 SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "tuning-3": "user_turns_3.yaml",
         "tuning-4": "user_turns_fresh.yaml", "tuning-5": "user_turns_unseen.yaml", "tuning-6": "user_turns_blind.yaml",
-        "held out": "user_turns_blind2.yaml"}
+        "tuning-7": "user_turns_blind2.yaml", "tuning-8": "user_turns_blind4.yaml",
+        "held out": "user_turns_blind3.yaml"}
 LABELS = ("clean", "seed_leak", "setup_leak", "copy", "assistant_voice")
 BREAKS = LABELS[1:]
 
@@ -56,15 +59,21 @@ BREAKS = LABELS[1:]
 context = labelled_context
 
 
-def classify(path: Path, judge=None, record=None, rules_only: bool = False) -> list[tuple[str, str, str, str]]:
+def classify(path: Path, judge=None, record=None, rules_only: bool = False, embedded: bool = False) -> list[tuple[str, str, str, str]]:
     """(context id, label, the check's kind or "clean", text) for every turn of a set; with
+    ``embedded``, the embedded model's reading follows the learned one (turn_embed); with
     ``judge``, the turns the rules pass are judged too (kind "judged" when flagged)."""
     out, pending = [], []
     for entry in yaml.safe_load(path.read_text())["contexts"]:
         ctx = context(entry)
         for turn in entry["turns"]:
             text = clean_user_message(turn["text"])
-            found = check(text, ctx, model=None if rules_only else SHIPPED)
+            if embedded:
+                from pytest_socialbias.protocols import turn_embed
+
+                found = turn_embed.check(text, ctx)
+            else:
+                found = check(text, ctx, model=None if rules_only else SHIPPED)
             out.append((entry["id"], turn["label"], found.kind if found else "clean", turn["text"]))
             if found is None and judge is not None:
                 history = [{"user": "(an earlier question)", "assistant": entry["previous_reply"]}] if entry.get(
@@ -117,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--misses", action="store_true", help="print each turn the checks got wrong")
     parser.add_argument("--rules-only", action="store_true", help="the word rules alone, without the learned reading")
+    parser.add_argument("--embedded", action="store_true",
+                        help="the check of --socialbias-simulator-check=embedded: the rules, the learned reading, then "
+                             "the embedded model's reading (needs the local extra)")
     parser.add_argument("--judge", metavar="SPEC", help="also the judged check, with this judge model spec")
     parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS), metavar="SET",
                         help=f"labelled sets to score (default all: {', '.join(SETS)})")
@@ -133,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
             settings = CallPool(cache=CallCache(args.cache_dir, "new"), concurrency=4)
             judge, record = Model("judge", parse_spec(args.judge, "--judge"), "--judge", settings), SimulatorRecord()
-        rows = classify(DATA / file, judge, record, rules_only=args.rules_only)
+        rows = classify(DATA / file, judge, record, rules_only=args.rules_only, embedded=args.embedded)
         if record is not None:
             print(f"{name}: judge {args.judge} saw {record.judged} turns the rules passed; "
                   f"{record.judged_unreadable} verdicts unreadable")

@@ -18,7 +18,7 @@ from .cases import SuiteOverrides
 from .errors import ConfigError
 from .judges.guards import GUARDS
 from .protocols.dialogue import GUARD_POLICIES
-from .protocols.user_check import SIMULATOR_CHECKS
+from .protocols.user_check import EMBEDDED_CHECK, SIMULATOR_CHECKS
 from .vocabulary import GUARD_UNITS, GUIDANCE
 
 @dataclass(frozen=True)
@@ -205,7 +205,9 @@ OPTIONS: tuple[Option, ...] = (
            default="rules", choices=SIMULATOR_CHECKS, help=(
                "how each simulated user turn is checked before the target sees it: rules (default: the "
                "assistant's voice, the set-up or the seed revealed, the last reply copied; then a learned reading of what "
-               "they pass) or judge (the rules, "
+               "they pass), embedded (the rules and that reading, then a reading of the turn's meaning by the "
+               "embedded model's sentence vectors: needs the local extra, about 50 ms a draw on two CPU cores) or judge (the rules "
+               "and the learned reading, "
                "then the judge asks whether the turn reveals the test or states the stereotype and whether it "
                "follows from the conversation; two judge calls per turn, cached); a flagged turn is drawn again")),
     Option("--socialbias-gpus", "socialbias_gpus", "gpus", metavar="IDS", parse=_gpus, help=(
@@ -431,6 +433,10 @@ def read_settings(config) -> Settings:
     values["strict"] = bool(values["strict"])
     values["dry_run"] = bool(values["dry_run"])
     _check_shard(values)
+    if values["simulator_check"] == EMBEDDED_CHECK:
+        from .protocols import turn_embed
+
+        turn_embed.check_available()  # before any case runs: the extra named
     return Settings(root=where.root, **values)
 
 

