@@ -111,3 +111,20 @@ def test_a_model_that_fails_to_load_fails_once_and_the_cache_is_bounded(monkeypa
     embedder.vector("two"), embedder.vector("three")
     assert list(embedder._cache) == ["two", "three"]
     assert embedder.vector("one") == first  # embedded again, the same vector
+
+
+def test_training_is_reproducible_and_writes_a_file_it_loads(tmp_path):
+    import json
+
+    import yaml
+
+    data = yaml.safe_load((DATA / "user_turns.yaml").read_text(encoding="utf-8"))
+    small = tmp_path / "small.yaml"
+    small.write_text(yaml.safe_dump({"contexts": data["contexts"][:2]}), encoding="utf-8")
+    out = tmp_path / "embed.json"
+    assert turn_embed.main(["train", str(small), "-o", str(out), "--folds", "2"]) == 0
+    first = json.loads(out.read_text())
+    assert turn_embed.main(["train", str(small), "-o", str(out), "--folds", "2"]) == 0
+    assert json.loads(out.read_text()) == first
+    assert first["labels"] == list(turn_model.LABELS) and len(first["weights"]) == 576 + 3 + 1
+    assert set(first["meta"]["trained_on"]) == {"small.yaml"} and 0 < first["threshold"] <= 0.5

@@ -155,6 +155,11 @@ class EmbedReading:
         best = max(range(1, len(tm.LABELS)), key=lambda k: probs[k])
         return tm.LABELS[best], probs[0]
 
+    @property
+    def size(self) -> int:
+        """How many features it weighs."""
+        return len(self.mean)
+
     def to_dict(self) -> dict:
         return {"labels": list(tm.LABELS), "threshold": self.threshold, "meta": self.meta,
                 "mean": [round(x, 7) for x in self.mean], "scale": [round(x, 7) for x in self.scale],
@@ -274,22 +279,10 @@ def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m pytest_socialbias.protocols.turn_embed",
-                                     description="Train the embedded reading of simulated users' turns.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    fit = sub.add_parser("train", help="train on labelled sets and write the model file")
-    fit.add_argument("sets", nargs="+", type=Path,
-                     help="labelled sets: those the learned reading was trained on (never the held-out one)")
-    fit.add_argument("-o", "--output", type=Path, default=MODEL_FILE, help=f"model file (default {MODEL_FILE})")
-    fit.add_argument("--folds", type=int, default=5)
-    args = parser.parse_args(argv)
-    reading = build(args.sets, folds=args.folds)
-    args.output.write_text(dumps(reading), encoding="utf-8")
-    print(f"wrote {args.output}: {len(reading.mean)} features, threshold {reading.threshold:.4f}")
-    print(json.dumps(reading.meta["cross_validation"], indent=1))
-    return 0
+    return tm.train_main(argv, prog="python -m pytest_socialbias.protocols.turn_embed", what="embedded reading",
+                         model_file=MODEL_FILE, build_model=build, dump=dumps,
+                         sets_help="labelled sets: those the learned reading was trained on (never the held-out one)",
+                         epochs=False)
 
 
 if __name__ == "__main__":

@@ -232,6 +232,11 @@ class TurnModel:
         best = max(allowed, key=lambda k: probs[k])
         return LABELS[best], probs[0]
 
+    @property
+    def size(self) -> int:
+        """How many features it weighs."""
+        return len(self.weights)
+
     def to_dict(self) -> dict:
         return {"labels": list(LABELS), "threshold": self.threshold, "meta": self.meta,
                 "weights": {k: [round(x, 6) for x in v] for k, v in sorted(self.weights.items())}}
@@ -393,23 +398,33 @@ def build(paths: list[Path], folds: int = 5, epochs: int = 300) -> TurnModel:
     return model
 
 
-def main(argv: list[str] | None = None) -> int:
+def train_main(argv: list[str] | None, *, prog: str, what: str, model_file: Path, build_model, dump, sets_help: str,
+               epochs: bool) -> int:
+    """The ``train`` command of a reading of simulated users' turns (this module's and
+    ``turn_embed``'s): build from labelled sets, write the model file, print the
+    cross-validation."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m pytest_socialbias.protocols.turn_model",
-                                     description="Train the learned reading of simulated users' turns.")
+    parser = argparse.ArgumentParser(prog=prog, description=f"Train the {what} of simulated users' turns.")
     sub = parser.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("train", help="train on labelled sets and write the model file")
-    fit.add_argument("sets", nargs="+", type=Path, help="labelled sets (tests/data/user_turns*.yaml)")
-    fit.add_argument("-o", "--output", type=Path, default=MODEL_FILE, help=f"model file (default {MODEL_FILE})")
-    fit.add_argument("--epochs", type=int, default=300)
+    fit.add_argument("sets", nargs="+", type=Path, help=sets_help)
+    fit.add_argument("-o", "--output", type=Path, default=model_file, help=f"model file (default {model_file})")
+    if epochs:
+        fit.add_argument("--epochs", type=int, default=300)
     fit.add_argument("--folds", type=int, default=5)
     args = parser.parse_args(argv)
-    model = build(args.sets, folds=args.folds, epochs=args.epochs)
-    args.output.write_text(dumps(model), encoding="utf-8")
-    print(f"wrote {args.output}: {len(model.weights)} features, threshold {model.threshold:.4f}")
+    model = build_model(args.sets, folds=args.folds, **({"epochs": args.epochs} if epochs else {}))
+    args.output.write_text(dump(model), encoding="utf-8")
+    print(f"wrote {args.output}: {model.size} features, threshold {model.threshold:.4f}")
     print(json.dumps(model.meta["cross_validation"], indent=1))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return train_main(argv, prog="python -m pytest_socialbias.protocols.turn_model", what="learned reading",
+                      model_file=MODEL_FILE, build_model=build, dump=dumps,
+                      sets_help="labelled sets (tests/data/user_turns*.yaml but the held-out one)", epochs=True)
 
 
 if __name__ == "__main__":
