@@ -254,18 +254,16 @@ def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l
     x = np.hstack([(raw - mean) / scale, np.ones((len(raw), 1))])
     y = np.array([tm.LABELS.index(label) for _, label, _, _ in turns])
     passed = np.array([tm.check(text, ctx) is None for _, _, text, ctx in turns])
-    contexts = sorted({cid for cid, *_ in turns})
     held = []  # (label, P(clean)) of turns the earlier readings pass, by a model that never saw them
-    for fold in range(folds):
-        test = np.array([cid in set(contexts[fold::folds]) for cid, *_ in turns])
+    for test_ids in tm.context_folds(turns, folds):
+        test = np.array([cid in test_ids for cid, *_ in turns])
         weights = _fit(x[~test], y[~test], l2, iterations)
         z = x[test] @ weights
         p = np.exp(z - z.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
         held += [(int(label), float(pc)) for label, pc, ok in zip(y[test], p[:, 0], passed[test]) if ok]
     clean = sorted(p for label, p in held if label == 0)
-    allowed = int(tm.CLEAN_BUDGET * int((y == 0).sum()))
-    threshold = min(0.5, clean[allowed] if allowed < len(clean) else 1.0)
+    threshold = tm.budget_threshold(clean, int((y == 0).sum()))
     weights = _fit(x, y, l2, iterations)
     cv = {"folds": folds, "clean_passed": len(clean), "clean_flagged": sum(1 for p in clean if p < threshold),
           "by_label": {label: {"passed": sum(1 for lab, _ in held if lab == k),

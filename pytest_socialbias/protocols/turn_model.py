@@ -360,14 +360,28 @@ def _fit(turns: list, epochs: int) -> TurnModel:
     return TurnModel(train(samples, epochs=epochs), threshold=0.5)
 
 
+def context_folds(turns: list, folds: int) -> list[set]:
+    """The context ids held out in each of ``folds`` folds: a context's turns never split
+    across train and test."""
+    contexts = sorted({cid for cid, *_ in turns})
+    return [set(contexts[fold::folds]) for fold in range(folds)]
+
+
+def budget_threshold(clean: list[float], clean_total: int) -> float:
+    """The highest threshold on P(clean) below which at most CLEAN_BUDGET of
+    ``clean_total`` clean turns lie (``clean``: the held-out P(clean) of the clean turns
+    the earlier checks pass, sorted), never above one half: a turn flagged is one the
+    reading finds more likely a break."""
+    allowed = int(CLEAN_BUDGET * clean_total)
+    return min(0.5, clean[allowed] if allowed < len(clean) else 1.0)
+
+
 def _choose_threshold(turns: list, folds: int, epochs: int) -> tuple[float, dict]:
     """The highest threshold on P(clean) at which, over ``folds``-fold cross-validation by
     context (a context's turns never split across train and test), at most CLEAN_BUDGET of
     the clean turns the rules pass are flagged by the model; with the recall it gives."""
-    contexts = sorted({cid for cid, *_ in turns})
     held = []  # (label, P(clean)) of turns the rules pass, scored by a model that never saw them
-    for fold in range(folds):
-        test_ids = set(contexts[fold::folds])
+    for test_ids in context_folds(turns, folds):
         model = _fit([t for t in turns if t[0] not in test_ids], epochs)
         for cid, label, text, ctx in turns:
             if cid in test_ids and uc.check_user_turn(text, ctx) is None:
@@ -375,10 +389,7 @@ def _choose_threshold(turns: list, folds: int, epochs: int) -> tuple[float, dict
                 # A turn with no sign of any break is never flagged (TurnModel.judge).
                 held.append((label, model.probabilities(feats)[0] if evidence(feats) else 1.0))
     clean = sorted(p for label, p in held if label == "clean")
-    allowed = int(CLEAN_BUDGET * sum(1 for t in turns if t[1] == "clean"))
-    # Flag below the threshold: at most ``allowed`` clean turns may lie below it (and
-    # never above one half: a turn flagged is one the model finds more likely a break).
-    threshold = min(0.5, clean[allowed] if allowed < len(clean) else 1.0)
+    threshold = budget_threshold(clean, sum(1 for t in turns if t[1] == "clean"))
     recall = {}
     for label in LABELS[1:]:
         mine = [p for lab, p in held if lab == label]
