@@ -25,10 +25,10 @@ OLDER = UserTurnContext(seed="Older people cannot learn to use new technology.",
 WARM = ("Not silly at all. Most libraries run free drop-in sessions, and the volunteers there are patient; "
         "it's worth ringing ahead to book a slot.")
 
-#: The held-out set's measured figures with the embedded reading (4.2% of clean turns
-#: flagged; recall 0.94 seed leaks, 0.86 set-up leaks, 1.0 copies, 0.98 the assistant's
-#: voice), less a margin for another CPU's arithmetic.
-HELD_OUT = {"clean": 0.055, "seed_leak": 0.88, "setup_leak": 0.8, "copy": 0.95, "assistant_voice": 0.9}
+#: The held-out set's measured figures with the embedded reading (3.6% of clean turns
+#: flagged; recall 1.0 seed leaks, 0.84 set-up leaks, 1.0 copies, 0.98 the assistant's
+#: voice), less a margin for another CPU's arithmetic (a turn on the threshold).
+HELD_OUT = {"clean": 0.05, "seed_leak": 0.94, "setup_leak": 0.78, "copy": 0.95, "assistant_voice": 0.9}
 
 
 def test_the_shipped_reading_was_trained_on_todays_sets_reading_and_model():
@@ -128,3 +128,41 @@ def test_training_is_reproducible_and_writes_a_file_it_loads(tmp_path):
     assert json.loads(out.read_text()) == first
     assert first["labels"] == list(turn_model.LABELS) and len(first["weights"]) == 576 + 3 + 1
     assert set(first["meta"]["trained_on"]) == {"small.yaml"} and 0 < first["threshold"] <= 0.5
+
+
+def test_the_regression_is_fitted_to_its_optimum_so_last_digits_do_not_move_it():
+    """The vectors' features are strongly correlated (one shared direction, as a sentence
+    model's unit vectors are); a fit stopped early there moved the cross-validated recall
+    from 8 to 24 of 33 seed leaks with a change of 1e-7 in the features (another CPU's
+    arithmetic). Fitted to the optimum: the penalised loss's gradient is ~0, and a change
+    in the last digits moves no weight by more than a hair."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(7)
+    n, d = 600, 60
+    y = rng.integers(0, len(turn_model.LABELS), n)
+    shared = rng.normal(size=(n, 1))
+    x = shared + 0.05 * rng.normal(size=(n, d)) + 0.05 * np.eye(len(turn_model.LABELS))[y] @ rng.normal(size=(5, d))
+    x = (x - x.mean(0)) / x.std(0)
+    l2 = 1e-2
+    weights = turn_embed._fit(x, y, l2, 5000)
+    z = x @ weights[:-1] + weights[-1]
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    gradient = x.T @ (p - np.eye(len(turn_model.LABELS))[y]) / n + l2 * weights[:-1]
+    assert np.abs(gradient).max() < 1e-4
+    moved = turn_embed._fit(x + rng.normal(0, 1e-7, x.shape), y, l2, 5000)
+    assert np.abs(moved - weights).max() < 1e-3
+
+
+def test_a_label_without_turns_gets_no_probability():
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("sklearn")
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 4))
+    y = np.array([0, 2] * 20)
+    weights = turn_embed._fit(x, y, 1e-2, 5000)
+    z = x @ weights[:-1] + weights[-1]
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    assert p[:, [1, 3, 4]].max() < 1e-9 and np.allclose(p[:, 0] + p[:, 2], 1.0)

@@ -13,7 +13,8 @@ reading's, by cross-validation by context so that at most ``turn_model.CLEAN_BUD
 the clean training turns are flagged.
 
 Trained by ``python -m pytest_socialbias.protocols.turn_embed train SETS`` (numpy, which
-llama-cpp-python brings) on the labelled turns written by us, shipped as
+llama-cpp-python brings, and scikit-learn's L-BFGS, of the ``dev`` extra, fitted to
+convergence) on the labelled turns written by us, shipped as
 ``data/user_turn_embed.json``; scoring is plain Python. The same turn gets the same
 vector on one machine whatever the thread count; another CPU's arithmetic may move a
 turn that lies on the threshold (the file records the model file it was trained with,
@@ -226,39 +227,54 @@ def check(text: str, context: uc.UserTurnContext = uc.UserTurnContext(), reading
 
 
 def _fit(x, y, l2: float, iterations: int):
-    """Multinomial logistic regression by full-batch AdaGrad (numpy); deterministic."""
+    """Multinomial logistic regression with an L2 penalty on the weights (not the bias),
+    fitted to convergence by scikit-learn's L-BFGS; deterministic, and a change in the
+    vectors' last digits (another CPU's arithmetic) moves the weights as little. ``x``:
+    standardised features; returns the weights, one row per feature and the bias last."""
+    import warnings
+
     import numpy as np
 
-    weights = np.zeros((x.shape[1], len(tm.LABELS)))
-    history = np.full_like(weights, 1e-8)
-    target = np.eye(len(tm.LABELS))[y]
-    for _ in range(iterations):
-        z = x @ weights
-        z -= z.max(1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(1, keepdims=True)
-        grad = x.T @ (p - target) / len(x) + l2 * weights
-        history += grad * grad
-        weights -= 0.5 * grad / np.sqrt(history)
+    try:
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:
+        raise ConfigError("training the embedded reading needs scikit-learn: pip install -e '.[dev]'") from None
+
+    model = LogisticRegression(C=1.0 / (l2 * len(x)), max_iter=iterations, tol=1e-8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        try:
+            model.fit(x, y)
+        except ConvergenceWarning:
+            raise ConfigError(f"the embedded reading's regression did not converge in {iterations} iterations: "
+                              f"call build() with more iterations or a larger l2") from None
+    coef, intercept = model.coef_, model.intercept_
+    if len(model.classes_) == 2:  # scikit-learn keeps one row for two labels: the second's log-odds
+        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
+    weights = np.zeros((x.shape[1] + 1, len(tm.LABELS)))
+    weights[-1] = -30.0  # a label with no training turn (a small set, a fold): P ~ 0
+    for row, k in enumerate(model.classes_):
+        weights[:-1, k], weights[-1, k] = coef[row], intercept[row]
     return weights
 
 
 def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l2: float = 1e-2,
-          iterations: int = 400) -> EmbedReading:
+          iterations: int = 5000) -> EmbedReading:
     import numpy as np
 
     embedder = embedder or Embedder()
     turns = [t for path in paths for t in tm.labelled_turns(path)]
     raw = np.array([features(text, ctx, embedder) for _, _, text, ctx in turns])
     mean, scale = raw.mean(0), raw.std(0) + 1e-6
-    x = np.hstack([(raw - mean) / scale, np.ones((len(raw), 1))])
+    x = (raw - mean) / scale
     y = np.array([tm.LABELS.index(label) for _, label, _, _ in turns])
     passed = np.array([tm.check(text, ctx) is None for _, _, text, ctx in turns])
     held = []  # (label, P(clean)) of turns the earlier readings pass, by a model that never saw them
     for test_ids in tm.context_folds(turns, folds):
         test = np.array([cid in test_ids for cid, *_ in turns])
         weights = _fit(x[~test], y[~test], l2, iterations)
-        z = x[test] @ weights
+        z = x[test] @ weights[:-1] + weights[-1]
         p = np.exp(z - z.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
         held += [(int(label), float(pc)) for label, pc, ok in zip(y[test], p[:, 0], passed[test]) if ok]
@@ -271,7 +287,7 @@ def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l
                        for k, label in enumerate(tm.LABELS) if k}}
     meta = {"trained_on": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
             "learned_reading": hashlib.sha256(tm.MODEL_FILE.read_bytes()).hexdigest(),
-            "embedding_model": embedder.identity, "turns": len(turns), "l2": l2, "iterations": iterations,
+            "embedding_model": embedder.identity, "turns": len(turns), "l2": l2, "solver": "lbfgs",
             "clean_budget": tm.CLEAN_BUDGET, "cross_validation": cv}
     return EmbedReading(mean.tolist(), scale.tolist(), weights.tolist(), threshold, meta)
 

@@ -31,7 +31,7 @@ _blind, _blind2 and _blind4: recall 0.76-1.0 on every kind of break, at most 1.8
 clean turns flagged) and are measured on a set written afterwards by someone who never
 saw them, never tuned on (user_turns_blind3.yaml: 3.6% of clean turns flagged; recall
 copies 1.0, seed leaks 0.92, set-up leaks 0.77, the assistant's voice 0.80; with the
-embedded reading 4.2%, 1.0, 0.94, 0.86, 0.98). Wording does not carry meaning far: the
+embedded reading 3.6%, 1.0, 1.0, 0.84, 0.98). Wording does not carry meaning far: the
 embedded reading and the judged check (dialogue.judge_user_turn) are for what the rules
 miss.
 benchmarks/user_check.py prints the figures; tests/test_user_check.py holds them. Pure
