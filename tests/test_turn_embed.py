@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,15 @@ def test_a_label_without_turns_gets_no_probability():
     p = np.exp(z - z.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
     assert p[:, [1, 3, 4]].max() < 1e-9 and np.allclose(p[:, 0] + p[:, 2], 1.0)
+
+
+def test_loading_prints_no_pooling_notice_and_keeps_other_output(capsys):
+    """llama.cpp printed 'model default pooling_type is [-1], but [1] was specified' on
+    every load; that line is dropped, anything else printed meanwhile is written back."""
+    embedder = turn_embed.Embedder()
+    assert embedder.vector("hello there") is not None
+    assert "pooling_type" not in capsys.readouterr().err
+    with turn_embed._without_pooling_notice():
+        print("a pooling_type notice", file=sys.stderr)
+        print("something else", file=sys.stderr)
+    assert capsys.readouterr().err == "something else\n"

@@ -24,10 +24,13 @@ and a different one is refused). What it costs and gains is measured by
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import io
 import json
 import math
+import sys
 import threading
 from array import array
 from collections import OrderedDict
@@ -103,10 +106,11 @@ class Embedder:
                 try:
                     import llama_cpp
 
-                    self._model = llama_cpp.Llama(
-                        model_path=str(self.path), embedding=True, n_ctx=CONTEXT_TOKENS, n_batch=CONTEXT_TOKENS,
-                        n_ubatch=CONTEXT_TOKENS, n_threads=self.threads,
-                        pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN, verbose=False)
+                    with _without_pooling_notice():
+                        self._model = llama_cpp.Llama(
+                            model_path=str(self.path), embedding=True, n_ctx=CONTEXT_TOKENS,
+                            n_batch=CONTEXT_TOKENS, n_ubatch=CONTEXT_TOKENS, n_threads=self.threads,
+                            pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN, verbose=False)
                 except Exception as exc:  # a broken build or file: one clear error, not a reload per draw
                     self._failed = ConfigError(f"the embedded reading could not load {self.path}: {exc}")
                     raise self._failed from None
@@ -115,6 +119,26 @@ class Embedder:
             if len(self._cache) > CACHE_SIZE:
                 self._cache.popitem(last=False)
             return tuple(vector)
+
+
+#: llama.cpp's notice, on every load, that the model file names no pooling and ours is used.
+POOLING_NOTICE = "pooling_type"
+
+
+@contextlib.contextmanager
+def _without_pooling_notice():
+    """llama-cpp-python prints llama.cpp's log to ``sys.stderr``; while the model loads, hold
+    what is printed there and write it back without the pooling notice (nothing else is
+    dropped, other threads' writes included)."""
+    held, real = io.StringIO(), sys.stderr
+    sys.stderr = held
+    try:
+        yield
+    finally:
+        sys.stderr = real
+        kept = [line for line in held.getvalue().splitlines(keepends=True) if POOLING_NOTICE not in line]
+        if kept:
+            real.write("".join(kept))
 
 
 def _unit(vector) -> list[float]:
