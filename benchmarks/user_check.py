@@ -14,7 +14,9 @@ each labelled clean, seed_leak, setup_leak, copy or assistant_voice. The eight t
 the rules' patterns and thresholds and trained the learned reading
 (protocols/turn_model.py) and the embedded reading (protocols/turn_embed.py);
 ``user_turns_blind3.yaml`` was written afterwards by someone who never saw the checks, and
-never tuned or trained on: its figures are what to expect of unseen simulators.
+never tuned or trained on: its figures are what to expect of unseen simulators;
+``user_turns_blind5.yaml`` ("held out 2"), by two more such writers after both readings were
+trained, is a second such set.
 
 Per set it prints, for each label, how many turns there are, the share flagged at all
 (recall: a leak flagged as another kind of break is still kept from the target) and the
@@ -53,7 +55,7 @@ DATA = ROOT / "tests" / "data"
 SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "tuning-3": "user_turns_3.yaml",
         "tuning-4": "user_turns_fresh.yaml", "tuning-5": "user_turns_unseen.yaml", "tuning-6": "user_turns_blind.yaml",
         "tuning-7": "user_turns_blind2.yaml", "tuning-8": "user_turns_blind4.yaml",
-        "held out": "user_turns_blind3.yaml"}
+        "held out": "user_turns_blind3.yaml", "held out 2": "user_turns_blind5.yaml"}
 LABELS = ("clean", "seed_leak", "setup_leak", "copy", "assistant_voice")
 BREAKS = LABELS[1:]
 

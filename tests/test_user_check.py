@@ -4,9 +4,9 @@ by us (tests/data/user_turns*.yaml; benchmarks/user_check.py prints the full tab
 
 On the sets the checks were tuned and trained on: at most 2% of clean turns flagged,
 every check precise, recall floors per set (the sets written blind and then trained on
-keep lower ones). On the held-out set (user_turns_blind3.yaml), written afterwards by
-someone who never saw the checks, the floors are its measured figures less a margin, so
-that a check that breaks fails here; docs/limits.md gives the figures."""
+keep lower ones). On the held-out sets (user_turns_blind3.yaml, _blind5), written afterwards
+by writers who never saw the checks, the floors are their measured figures less a margin,
+so that a check that breaks fails here; docs/limits.md gives the figures."""
 
 from __future__ import annotations
 
@@ -40,10 +40,14 @@ TUNING = {"user_turns.yaml": (0.95, 0.95), "user_turns_2.yaml": (0.9, 0.95), "us
           "user_turns_blind2.yaml": (0.9, 0.9), "user_turns_blind4.yaml": (0.7, 0.5)}
 
 
-#: The held-out set's measured figures (clean: share flagged; the others: recall), less a
-#: margin: 3.6% of clean turns flagged; recall 0.92 seed leaks, 0.77 set-up leaks, 1.0
-#: copies, 0.80 the assistant's voice.
-HELD_OUT = {"clean": 0.042, "seed_leak": 0.88, "setup_leak": 0.72, "copy": 0.95, "assistant_voice": 0.75}
+#: The held-out sets' measured figures (clean: share flagged; the others: recall), less a
+#: margin. blind3: 3.6% of clean turns flagged; recall 0.92 seed leaks, 0.77 set-up leaks,
+#: 1.0 copies, 0.80 the assistant's voice. blind5 (two more writers, informal and subtle,
+#: measured once): 6.5%; 0.80, 0.57, 1.0, 0.64.
+HELD_OUT = {"user_turns_blind3.yaml": {"clean": 0.042, "seed_leak": 0.88, "setup_leak": 0.72, "copy": 0.95,
+                                       "assistant_voice": 0.75},
+            "user_turns_blind5.yaml": {"clean": 0.075, "seed_leak": 0.75, "setup_leak": 0.52, "copy": 0.95,
+                                       "assistant_voice": 0.6}}
 
 
 @pytest.mark.parametrize("file", sorted(TUNING))
@@ -58,12 +62,14 @@ def test_tuning_sets_meet_the_targets(bench, file):
         assert check["precision"] >= 0.95, (file, kind, check)
 
 
-def test_held_out_set_keeps_its_measured_figures(bench):
-    """Written after the checks were set, by someone who never saw them, never tuned on
+@pytest.mark.parametrize("file", sorted(HELD_OUT))
+def test_held_out_set_keeps_its_measured_figures(bench, file):
+    """Written after the checks were set, by writers who never saw them, never tuned on
     (figures: docs/limits.md)."""
-    result = measured(bench, "user_turns_blind3.yaml")
-    assert result["clean"]["rate"] <= HELD_OUT["clean"], result["clean"]
-    for label, floor in HELD_OUT.items():
+    result = measured(bench, file)
+    floors = HELD_OUT[file]
+    assert result["clean"]["rate"] <= floors["clean"], result["clean"]
+    for label, floor in floors.items():
         if label != "clean":
             assert result["labels"][label]["recall"] >= floor, (label, result["labels"][label])
 
@@ -77,7 +83,7 @@ def test_the_shipped_model_was_trained_on_todays_sets_and_lexicon():
 
     meta = turn_model.load().meta
     data = Path(__file__).resolve().parent / "data"
-    assert "user_turns_blind3.yaml" not in meta["trained_on"]
+    assert not set(HELD_OUT) & set(meta["trained_on"])
     for name, digest in meta["trained_on"].items():
         assert hashlib.sha256((data / name).read_bytes()).hexdigest() == digest, name
     assert hashlib.sha256(user_check.GROUP_TERMS.read_bytes()).hexdigest() == meta["lexicon"]
