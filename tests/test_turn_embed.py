@@ -154,9 +154,7 @@ def test_the_regression_is_fitted_to_its_optimum_so_last_digits_do_not_move_it()
     x = (x - x.mean(0)) / x.std(0)
     l2 = 1e-2
     weights = turn_embed._fit(x, y, l2, 5000)
-    z = x @ weights[:-1] + weights[-1]
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
+    p = turn_embed._predict(x, weights)
     gradient = x.T @ (p - np.eye(len(turn_model.LABELS))[y]) / n + l2 * weights[:-1]
     assert np.abs(gradient).max() < 1e-4
     moved = turn_embed._fit(x + rng.normal(0, 1e-7, x.shape), y, l2, 5000)
@@ -169,10 +167,7 @@ def test_a_label_without_turns_gets_no_probability():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(40, 4))
     y = np.array([0, 2] * 20)
-    weights = turn_embed._fit(x, y, 1e-2, 5000)
-    z = x @ weights[:-1] + weights[-1]
-    p = np.exp(z - z.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
+    p = turn_embed._predict(x, turn_embed._fit(x, y, 1e-2, 5000))
     assert p[:, [1, 3, 4]].max() < 1e-9 and np.allclose(p[:, 0] + p[:, 2], 1.0)
 
 

@@ -283,6 +283,15 @@ def _fit(x, y, l2: float, iterations: int):
     return weights
 
 
+def _predict(x, weights):
+    """Probabilities per label (numpy rows) of standardised features under ``_fit``'s weights."""
+    import numpy as np
+
+    z = x @ weights[:-1] + weights[-1]
+    p = np.exp(z - z.max(1, keepdims=True))
+    return p / p.sum(1, keepdims=True)
+
+
 def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l2: float = 1e-2,
           iterations: int = 5000) -> EmbedReading:
     import numpy as np
@@ -297,10 +306,7 @@ def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l
     held = []  # (label, P(clean)) of turns the earlier readings pass, by a model that never saw them
     for test_ids in tm.context_folds(turns, folds):
         test = np.array([cid in test_ids for cid, *_ in turns])
-        weights = _fit(x[~test], y[~test], l2, iterations)
-        z = x[test] @ weights[:-1] + weights[-1]
-        p = np.exp(z - z.max(1, keepdims=True))
-        p /= p.sum(1, keepdims=True)
+        p = _predict(x[test], _fit(x[~test], y[~test], l2, iterations))
         held += [(int(label), float(pc)) for label, pc, ok in zip(y[test], p[:, 0], passed[test]) if ok]
     clean = sorted(p for label, p in held if label == 0)
     threshold = tm.budget_threshold(clean, int((y == 0).sum()))
