@@ -58,13 +58,23 @@ def test_a_refused_connection_is_named_as_such_not_as_a_timeout(make):
     assert "nothing is listening at the model's base URL" in reason and "timed out" not in reason
 
 
+def _sdk_request():
+    """A request as the installed SDK's HTTP library builds it (httpx2 from openai 3.60,
+    httpx before): the SDK's errors read the request's headers when they are made."""
+    try:
+        import httpx2 as http
+    except ImportError:  # an older SDK
+        import httpx as http
+    return http.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+
+
 def test_an_unresolvable_host_is_named():
-    exc = openai.APIConnectionError(request=None)  # type: ignore[arg-type]
+    exc = openai.APIConnectionError(request=_sdk_request())
     exc.__cause__ = socket.gaierror(-2, "Name or service not known")
     assert _describe(exc).startswith("cannot resolve the host of the model's base URL (")
 
 
 def test_a_real_timeout_stays_a_timeout():
-    exc = openai.APITimeoutError(request=None)  # type: ignore[arg-type]
+    exc = openai.APITimeoutError(request=_sdk_request())
     exc.__cause__ = TimeoutError("read timed out")
     assert _describe(exc) == "APITimeoutError: Request timed out. (TimeoutError: read timed out)"

@@ -277,7 +277,7 @@ def _describe(exc: BaseException) -> str:
 
 def _causes(exc: BaseException, limit: int = 30) -> list[BaseException]:
     """``exc`` and what lies under it, through both ``__cause__`` and ``__context__``
-    (httpx keeps the refused socket's error under a context, aiohttp under a cause)."""
+    (httpx and httpx2 keep the refused socket's error under a context, aiohttp under a cause)."""
     out, seen, todo = [], set(), [exc]
     while todo and len(out) < limit:
         current = todo.pop(0)

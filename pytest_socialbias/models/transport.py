@@ -1,8 +1,9 @@
 """The HTTP transport under the official SDKs.
 
-Both SDKs default to an httpx connection pool whose request assignment checks every open
-connection for expiry on each request: with a few hundred requests in flight (the
-concurrency a multi-turn suite needs) that scan dominated the client's CPU (about 5 ms
+Both SDKs default to an httpx connection pool (httpx2, its successor, in current
+releases; the same pool) whose request assignment checks every open connection for
+expiry on each request: with a few hundred requests in flight (the concurrency a
+multi-turn suite needs) that scan dominated the client's CPU (about 5 ms
 per call, measured with py-spy). The SDKs' own aiohttp transport (the ``aiohttp`` extra
 of openai and anthropic) does the same work in about 1.5-2 ms per call, so it is used
 whenever aiohttp is installed (it is a dependency of this package); retries, timeouts
@@ -12,8 +13,8 @@ A proxy set for the machine (``http_proxy``, ``HTTPS_PROXY``, ``ALL_PROXY``: com
 corporate CI runners) must never carry a call to this machine's own servers (the ones a
 run starts, a local vLLM or llama.cpp, the fake server of the tests): through the proxy
 they time out or are refused while the server runs. ``keep_loopback_off_proxies`` adds
-the loopback names to ``NO_PROXY``/``no_proxy``, which httpx, aiohttp and urllib all
-honour, before any client or readiness probe is built.
+the loopback names to ``NO_PROXY``/``no_proxy``, which httpx, httpx2, aiohttp and urllib
+all honour, before any client or readiness probe is built.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def keep_loopback_off_proxies(environ=None) -> None:
 
 
 def aiohttp_client(sdk, shared: dict | None = None):
-    """``sdk.DefaultAioHttpClient()`` when aiohttp is importable, else None (httpx).
+    """``sdk.DefaultAioHttpClient()`` when aiohttp is importable, else None (the SDK's httpx pool).
 
     With ``shared`` (one dict per run), every backend of the same SDK gets the same
     client and connection pool: building one costs ~0.25 s, mostly loading the system's
