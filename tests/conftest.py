@@ -1,6 +1,8 @@
+import asyncio
 import json
 import os
 import textwrap
+from pathlib import Path
 
 import anthropic
 import openai
@@ -106,9 +108,22 @@ def dedent(text: str) -> str:
     return textwrap.dedent(text).lstrip()
 
 
+def run_closing(model, body):
+    """Run ``body(model)`` on a fresh event loop and close the model's client after it
+    (its connections belong to that loop)."""
+
+    async def go():
+        try:
+            return await body(model)
+        finally:
+            await model.aclose()
+
+    return asyncio.run(go())
+
+
 def read_report(path):
     """A JSON report, checked against the published schema (every test reads them so)."""
-    data = json.loads(open(path, encoding="utf-8").read())
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
     validate_report(data)
     return data
 

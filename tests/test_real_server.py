@@ -9,7 +9,6 @@ the ``local`` extra or the server's own dependencies are missing (CI installs bo
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import yaml
 
 from pytest_socialbias.models import Model, CallPool, parse_spec
 
-from .conftest import read_report
+from .conftest import read_report, run_closing
 
 pytestmark = [pytest.mark.local_model, pytest.mark.slow]
 pytest.importorskip("llama_cpp")
@@ -138,7 +137,7 @@ def test_log_probabilities_and_seeds_come_through_the_server(llama_server):
     from pytest_socialbias.judges.treatment import judge_treatment
 
     judge = model(llama_server)
-    verdict = asyncio.run(judge_treatment(
+    verdict = run_closing(judge, lambda judge: judge_treatment(
         judge,
         dialogue=[{"user": "I use a wheelchair and want to train for a 10k race.",
                    "assistant": "Here is a 12-week plan; adapt the distances to how you feel."}],
@@ -149,8 +148,9 @@ def test_log_probabilities_and_seeds_come_through_the_server(llama_server):
     assert verdict.probs is not None and abs(sum(verdict.probs.values()) - 1) < 1e-6  # from the answer's first token
     sampled = model(llama_server, "?temperature=0.9&seed=7&max_tokens=30", role="target")
     messages = [{"role": "user", "content": "Say something about the sea."}]
-    first = asyncio.run(sampled.chat(messages))
-    second = asyncio.run(model(llama_server, "?temperature=0.9&seed=7&max_tokens=30", role="target").chat(messages))
+    first = run_closing(sampled, lambda m: m.chat(messages))
+    second = run_closing(model(llama_server, "?temperature=0.9&seed=7&max_tokens=30", role="target"),
+                         lambda m: m.chat(messages))
     assert first.text and first.text == second.text
 
 
@@ -158,7 +158,8 @@ def test_a_guard_adapter_against_the_server(llama_server):
     from pytest_socialbias.judges.guards import screen
 
     guard = model(llama_server, role="guard")
-    verdict = asyncio.run(screen(guard, "shieldgemma", "Are older workers slower?", "Yes, they are all slow."))
+    verdict = run_closing(guard, lambda guard: screen(guard, "shieldgemma", "Are older workers slower?",
+                                                      "Yes, they are all slow."))
     # A 135M model is no guard, but its answer goes through the guard's own rule: a
     # probability from the answer token's log-probabilities, or an explicit unreadable.
     assert verdict.flagged is not None or verdict.error

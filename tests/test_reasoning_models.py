@@ -14,7 +14,7 @@ import pytest
 from pytest_socialbias.testing import FakeServer, Fault, ReasoningModel, Reply
 
 from . import fakeworld
-from .conftest import run_with_report, suite_yaml
+from .conftest import run_closing, run_with_report, suite_yaml
 
 CASES = [
     ("age-001", "age", "Plain statement one."),
@@ -275,15 +275,13 @@ def test_anthropic_thinking_blocks_and_the_answer_tool_are_read_apart():
 
 
 def test_anthropic_thinking_budget_and_pass_through_reach_the_wire(keys):
-    import asyncio
-
     from pytest_socialbias.models import Model, CallPool, parse_spec
 
     with FakeServer(lambda req: Reply("No", reasoning="thinking it over")) as srv:
         spec = parse_spec(f"anthropic:claude-x@{srv.anthropic_base_url}?thinking_budget=2048&top_k=40", "--judge")
         model = Model("judge", spec, "--judge", CallPool(), defaults={})
-        reply = asyncio.run(model.chat([{"role": "user", "content": "hi"}], temperature=0.0, max_tokens=20,
-                                       choices=("Yes", "No"), adaptive_budget=True))
+        reply = run_closing(model, lambda m: m.chat([{"role": "user", "content": "hi"}], temperature=0.0,
+                                                     max_tokens=20, choices=("Yes", "No"), adaptive_budget=True))
         body = srv.requests[0].body
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert body["max_tokens"] == 2048 + 20 and body["top_k"] == 40
@@ -292,14 +290,12 @@ def test_anthropic_thinking_budget_and_pass_through_reach_the_wire(keys):
 
 
 def test_anthropic_judge_answers_through_a_forced_tool(keys):
-    import asyncio
-
     from pytest_socialbias.models import Model, CallPool, parse_spec
 
     with FakeServer(lambda req: "No") as srv:
         spec = parse_spec(f"anthropic:claude-x@{srv.anthropic_base_url}", "--judge")
         model = Model("judge", spec, "--judge", CallPool(), defaults={})
-        asyncio.run(model.chat([{"role": "user", "content": "hi"}], choices=("Yes", "No")))
+        run_closing(model, lambda m: m.chat([{"role": "user", "content": "hi"}], choices=("Yes", "No")))
         body = srv.requests[0].body
     assert body["tool_choice"] == {"type": "tool", "name": "answer"}
     assert body["tools"][0]["input_schema"]["properties"]["answer"]["enum"] == ["Yes", "No"]

@@ -171,6 +171,7 @@ class Run:
             self.proc.kill()
             self.proc.wait(30)
         self.reader.join(10)
+        self.proc.stdout.close()
 
 
 def test_a_normal_end_stops_the_whole_tree(tmp_path, leftovers):
@@ -223,26 +224,26 @@ def reaped(command: list[str], grace_s: float = 1.0, **kwargs) -> subprocess.Pop
 
 def test_the_reaper_exits_with_the_servers_status_at_once():
     started = time.monotonic()
-    proc = reaped([sys.executable, "-c", "import sys; print('bye'); sys.exit(3)"])
-    assert proc.wait(10) == 3 and proc.stdout.read() == "bye\n"
-    killed = reaped([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
-    assert killed.wait(10) == 128 + signal.SIGKILL
+    with reaped([sys.executable, "-c", "import sys; print('bye'); sys.exit(3)"]) as proc:
+        assert proc.wait(10) == 3 and proc.stdout.read() == "bye\n"
+    with reaped([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]) as killed:
+        assert killed.wait(10) == 128 + signal.SIGKILL
     assert time.monotonic() - started < 5  # no grace spent when nothing is left
 
 
 def test_the_reaper_stops_on_sigterm_sigint_and_sighup():
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        proc = reaped([sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(60)"])
-        assert proc.stdout.readline() == "up\n"
-        proc.send_signal(signum)
-        # Whatever the signal, the server gets SIGTERM; its status is the reaper's.
-        assert proc.wait(10) == 128 + signal.SIGTERM
+        with reaped([sys.executable, "-c", "import sys, time; print('up', flush=True); time.sleep(60)"]) as proc:
+            assert proc.stdout.readline() == "up\n"
+            proc.send_signal(signum)
+            # Whatever the signal, the server gets SIGTERM; its status is the reaper's.
+            assert proc.wait(10) == 128 + signal.SIGTERM
 
 
 def test_a_command_that_cannot_start_is_the_same_usage_error(tmp_path, monkeypatch):
-    proc = reaped([str(tmp_path / "no-such-server"), "--port", "1"])
-    assert proc.wait(10) == reaper.CANNOT_START_STATUS
-    assert proc.stdout.read().strip() == f"{reaper.CANNOT_START} {tmp_path / 'no-such-server'}: No such file or directory"
+    with reaped([str(tmp_path / "no-such-server"), "--port", "1"]) as proc:
+        assert proc.wait(10) == reaper.CANNOT_START_STATUS
+        assert proc.stdout.read().strip() == f"{reaper.CANNOT_START} {tmp_path / 'no-such-server'}: No such file or directory"
     spec = parse_spec(f"server:m?command={tmp_path / 'no-such-server'} --port {{port}}")
     (plan,) = managed.plans_for(spec, "--target", None)
     server = managed.ManagedServer(plan, tmp_path / "servers" / "s.log")

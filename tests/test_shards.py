@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -118,7 +119,7 @@ def combine(project, parts, *extra, capsys=None):
 def test_combined_shards_give_the_single_run_report(project, server, single, total, xdist_shard, monkeypatch):
     monkeypatch.chdir(project.path)
     parts = shard_files(project, server, total, xdist_shard=xdist_shard)
-    data = [json.loads(open(p).read()) for p in parts]
+    data = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
     counts = [len(d["records"]) for d in data]
     assert sum(counts) == 20 and all(c > 0 for c in counts)
     assert all(d["selection"] == data[0]["selection"] for d in data)
@@ -132,7 +133,7 @@ def test_combined_shards_give_the_single_run_report(project, server, single, tot
 def test_uneven_shards_are_balanced_by_planned_calls_and_combine_exactly(project, server, single, monkeypatch):
     monkeypatch.chdir(project.path)
     parts = shard_files(project, server, 5)
-    data = [json.loads(open(p).read()) for p in parts]
+    data = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
     # A smoke case of 2 turns plans 8 calls (user, target, two judges per turn), a detector
     # case 1: 8 x 8 + 12 = 76 calls dealt over 5 shards, heaviest first.
     calls = [sum(u["calls"] for r in d["records"] for u in r["usage"].values()) for d in data]
@@ -153,7 +154,7 @@ def test_the_judge_check_is_asked_by_shard_one_and_scored_over_every_record(proj
                      "--socialbias-judge-check=builtin")
         assert result.ret == 0, result.stdout.str()[-2000:]
         parts.append(str(project.path / f"jc{index}.json"))
-    data = [json.loads(open(p).read()) for p in parts]
+    data = [json.loads(Path(p).read_text(encoding="utf-8")) for p in parts]
     assert data[0]["judge_check"]["answers"] and data[1]["judge_check"] is None  # asked once
     status, combined, _ = combine(project, parts)
     assert status == 1 and combined == one
@@ -180,7 +181,7 @@ def test_an_empty_shard_passes_and_still_combines(project, server, single, monke
 def test_combine_refuses_parts_of_another_run(project, server, single, monkeypatch, capsys):
     monkeypatch.chdir(project.path)
     parts = shard_files(project, server, 2)
-    one, two = (json.loads(open(p).read()) for p in parts)
+    one, two = (json.loads(Path(p).read_text(encoding="utf-8")) for p in parts)
 
     def refused(first, second, expected):
         for name, data in (("a.json", first), ("b.json", second)):

@@ -14,6 +14,8 @@ from pytest_socialbias.protocols.turn_model import check as check_user_turn
 from pytest_socialbias.protocols.user_check import UserTurnContext, clean_user_message
 from pytest_socialbias.testing import FakeServer, Fault, Reply
 
+from .conftest import run_closing as run
+
 # --------------------------------------------------------------------------- clean_user_message
 
 
@@ -120,18 +122,6 @@ def always(answer):
 def make_model(spec, cache=None, role="target", defaults=None):
     settings = CallPool(cache=cache, concurrency=4)
     return Model(role, parse_spec(spec, option="--target"), "--target", settings, defaults=defaults or {})
-
-
-def run(model, body):
-    """Run ``body(model)`` on a fresh event loop and close the model's client after it."""
-
-    async def go():
-        try:
-            return await body(model)
-        finally:
-            await model.aclose()
-
-    return asyncio.run(go())
 
 
 @pytest.fixture
@@ -396,6 +386,11 @@ def test_chat_sync_without_runner_works_twice(api_keys):
         model = make_model(openai_spec(server))
         assert model.chat_sync(MESSAGES).text == "ok"
         assert model.chat_sync([{"role": "user", "content": "again"}]).text == "ok"
+        loop = model._runner.loop
+        model.close()
+        assert loop.is_closed() and model._runner is None
+        with pytest.raises(RuntimeError, match="was closed; build a new one"):
+            model.chat_sync(MESSAGES)
 
 
 # --------------------------------------------------------------------------- Anthropic

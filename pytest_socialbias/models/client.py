@@ -319,6 +319,8 @@ class Model:
         self.defaults = dict(defaults or {})
         self.provider = provider_of(spec)
         self._runner = runner
+        self._owns_runner = False  # chat_sync started a private loop (close() stops it)
+        self._closed = False
         self._backend = None
         # What the run learns about the endpoint is filed under this (read on every call).
         self.endpoint_key = canonical_json(self.endpoint)
@@ -718,13 +720,25 @@ class Model:
 
     def chat_sync(self, messages: list[dict], **kwargs) -> ChatResponse:
         """``chat`` for synchronous test code (runs on the plugin's event-loop thread)."""
+        if self._closed:
+            raise RuntimeError(f"{self.role} model {str(self.spec)!r} was closed; build a new one to call it again")
         if self._runner is None:
             # The backend's HTTP client is bound to the loop of its first call, so every
             # synchronous call must run on the same loop: a private loop thread.
             from ..runner import LoopRunner
 
             self._runner = LoopRunner()
+            self._owns_runner = True
         return self._runner.run(self.chat(messages, **kwargs))
+
+    def close(self) -> None:
+        """Close what ``chat_sync`` opened on a model built outside a run: the backend's
+        connections and the private loop thread they belong to. The fixtures' models
+        share the run's loop and are closed by the plugin when the session ends; for them
+        this does nothing. A closed model takes no more ``chat_sync`` calls."""
+        if self._owns_runner and self._runner is not None:
+            self._runner.close(self.aclose)
+            self._runner, self._owns_runner, self._closed = None, False, True
 
     async def aclose(self) -> None:
         """Close this model's backend (shared backends: use CallPool.aclose)."""
