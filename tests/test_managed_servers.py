@@ -257,6 +257,7 @@ def test_no_server_outlives_an_interrupted_or_killed_run(tmp_path, how):
             proc.kill()
             proc.wait(30)
         reader.join(10)
+        proc.stdout.close()
 
 
 def test_vllm_spec_becomes_a_vllm_serve_command_and_a_key_without_port():
