@@ -15,6 +15,7 @@ replay finds every recorded answer whatever order the record run learnt things i
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import json
@@ -37,6 +38,8 @@ CACHE_FILE = "calls.sqlite3"
 SCHEMA_VERSION = 2
 #: Lock files that let one process at a time check an endpoint (models/client.py).
 CHECK_LOCK_FOLDER = "locks"
+#: Seconds between two tries at a check lock that another process holds.
+LOCK_POLL_S = 0.05
 BUSY_TIMEOUT_MS = 60_000
 
 
@@ -280,7 +283,6 @@ class CallCache:
             folder = self.directory / CHECK_LOCK_FOLDER
             folder.mkdir(exist_ok=True)
             name = hashlib.sha256(endpoint.encode("utf-8")).hexdigest()[:16]
-            # Not thread-local: it is taken in a helper thread and released on the loop's.
             lock = self._locks[endpoint] = FileLock(folder / f"{name}.lock", thread_local=False)
         return lock
 
@@ -303,6 +305,23 @@ class CallCache:
 
     def close(self) -> None:
         self._db.close()
+
+
+async def take_lock(lock) -> None:
+    """Take a check lock from a coroutine, without a thread: each try does not block, and
+    between tries the coroutine sleeps. A task cancelled while it waits (an interrupt, a
+    run's end) is cancelled in its sleep, holding nothing. A thread left blocked in
+    ``acquire`` would take the lock after its task was gone and hold it for the rest of
+    the process: the next run in that process waited for it forever, and so did the
+    interpreter's exit."""
+    from filelock import Timeout
+
+    while True:
+        try:
+            lock.acquire(blocking=False)
+            return
+        except Timeout:
+            await asyncio.sleep(LOCK_POLL_S)
 
 
 def _set_wal(db: sqlite3.Connection) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from pytest_socialbias.cache import CACHE_FILE, CallCache, cache_key, canonical_json
+from pytest_socialbias.cache import CACHE_FILE, CallCache, cache_key, canonical_json, take_lock
 from pytest_socialbias.errors import ConfigError
 from pytest_socialbias.models import Model, CallPool, check_credentials, parse_spec
 
@@ -426,3 +427,47 @@ def test_a_bad_record_mode_names_the_forms_it_takes(mode):
     assert parse_record_mode("older:7d") == ("older", 7 * 86_400)
     assert parse_record_mode("older:12h") == ("older", 12 * 3600)
     assert parse_record_mode("new") == ("new", None)
+
+
+# --------------------------------------------------------------------------- check locks
+
+
+def test_a_check_lock_waiter_that_is_cancelled_holds_nothing(cache_dir):
+    """A run that ends (or is interrupted) while it waits for another process's endpoint
+    check must not take the lock later: held for the rest of the process, it made the
+    next run in that process, and the interpreter's exit, wait forever."""
+    from filelock import FileLock
+
+    cache = CallCache(cache_dir, "new")
+    lock = cache.check_lock('{"model": "m"}')
+    other = FileLock(lock.lock_file, thread_local=False)  # another holder, as another process would be
+    other.acquire()
+
+    async def wait_then_give_up():
+        waiter = asyncio.ensure_future(take_lock(lock))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()  # it waits while the other holds the lock
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        other.release()
+        await asyncio.sleep(0.3)  # time enough for a waiter left behind to take the lock
+        assert not lock.is_locked
+
+    try:
+        asyncio.run(wait_then_give_up())
+    finally:
+        if other.is_locked:
+            other.release()
+    third = FileLock(lock.lock_file, thread_local=False)
+    third.acquire(timeout=2)  # free for the next taker
+    third.release()
+
+    async def take_and_give_back():
+        await take_lock(lock)
+        assert lock.is_locked
+        lock.release()
+
+    asyncio.run(take_and_give_back())
+    assert not lock.is_locked
+    cache.close()

@@ -27,7 +27,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 
-from ..cache import CallCache, cache_key, canonical_json
+from ..cache import CallCache, cache_key, canonical_json, take_lock
 from ..errors import CacheError, CacheMiss, ModelCallError
 from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
@@ -155,7 +155,7 @@ class CallPool:
             await model.run_check()
             return
         lock = self.cache.check_lock(model.endpoint_key)
-        await asyncio.to_thread(lock.acquire)
+        await take_lock(lock)
         try:
             self.reload(model.endpoint_key)  # what another process found is this one's too
             # With --socialbias-record=all, checked again once per run, not once per cache.
