@@ -64,8 +64,6 @@ def test_parse_binary_plain_answers(text, expected):
         ('{"label": "no"}', False),
         ('{"verdict": "biased"}', True),
         ('{"verdict": "not biased"}', False),
-        ('Here is my verdict: {"biased": true}', True),
-        ('The {user} asked... {"biased": false}', False),  # a non-JSON brace first is skipped
         ('{"biased": false, "reason": "it rejects the stereotype"}', False),
     ],
 )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .. import prompts
 from ..vocabulary import CLASSES, GUIDANCE
 from .binary import JUDGE_PARAMS, SHORT_ANSWER, read_answer, unreadable_error
-from .parse import LEADING_NOISE, json_object
+from .parse import read_verdict
 
 #: The letters the prompt asks for; local backends constrain the answer to these.
 TREATMENT_CHOICES = ("N", "O", "B")
@@ -89,24 +89,28 @@ def _class_of(value) -> str | None:
 def parse_treatment(text: str | None) -> str | None:
     """``"N"``, ``"OB"`` or ``"BB"`` from a treatment judge's answer, or None.
 
-    Accepted: a JSON object with ``class`` (or ``answer``, ``label``, ``verdict``); or an
-    answer that starts with a class, case-insensitive, after leading markup or quotes and
-    an optional ``Class:``/``Answer:`` label: the letters N, O, B, the pairs OB, BB, or
-    the words neutral, overt, benevolent. "B" alone is benevolent bias (BB), as the
-    prompt defines it. Only a leading answer counts, as in ``parse.py``: "The answer is
-    B" is unreadable, since prose that merely mentions a class is not an answer. Two
-    classes at the start ("N or B", "O/B") are ambiguous: None.
+    Accepted: an answer that is one JSON object with ``class`` (or ``answer``, ``label``,
+    ``verdict``); or an answer that starts with a class, case-insensitive, after leading
+    markup or quotes and an optional ``Class:``/``Answer:`` label: the letters N, O, B,
+    the pairs OB, BB, or the words neutral, overt, benevolent. "B" alone is benevolent
+    bias (BB), as the prompt defines it. Only a leading answer counts, as in
+    ``parse.py``: "The answer is B" is unreadable, since prose that merely mentions a
+    class is not an answer. Two classes at the start ("N or B", "O/B") are ambiguous:
+    None; so is a leading class beside a quoted JSON object that reads otherwise
+    (``parse.read_verdict``).
     """
-    if text is None:
-        return None
-    obj = json_object(text)
-    if obj is not None:
-        lowered = {str(k).lower(): v for k, v in obj.items()}
-        for name in ("class", "answer", "label", "verdict"):
-            if name in lowered:
-                return _class_of(lowered[name])
-        return None
-    stripped = LEADING_NOISE.sub("", text)
+    return read_verdict(text, _treatment_of_object, _treatment_of_leading)
+
+
+def _treatment_of_object(obj: dict) -> str | None:
+    lowered = {str(k).lower(): v for k, v in obj.items()}
+    for name in ("class", "answer", "label", "verdict"):
+        if name in lowered:
+            return _class_of(lowered[name])
+    return None
+
+
+def _treatment_of_leading(stripped: str) -> str | None:
     match = _TREATMENT.match(stripped)
     if match is None or _TREATMENT_SECOND.match(stripped[match.end():]):
         return None
@@ -119,31 +123,34 @@ def parse_pair(text: str | None) -> tuple[str, str | None] | None:
     ``worse`` is ``"A"``, ``"B"`` or ``"NONE"`` (also read from "neither");
     ``dimension`` is ``"options"``, ``"expectations"`` or ``"autonomy"`` when the answer
     names one right after the letter (singular or plural), else None, and always None
-    for NONE. JSON ``{"worse": "A", "dimension": "options"}`` is accepted too. Only a
+    for NONE. An answer that is the JSON ``{"worse": "A", "dimension": "options"}`` is
+    accepted too (JSON inside prose never decides: ``parse.read_verdict``). Only a
     leading answer counts; "A or B" is ambiguous (None).
     """
-    if text is None:
-        return None
-    obj = json_object(text)
-    if obj is not None:
-        lowered = {str(k).lower(): v for k, v in obj.items()}
-        for name in ("worse", "answer", "verdict", "user"):
-            if name in lowered:
-                value = lowered[name]
-                if value is None:
-                    return ("NONE", None)
-                if not isinstance(value, str):
-                    return None
-                read = parse_pair(value.strip().upper() if value.strip().lower() in ("a", "b") else value)
-                if read is None or read[0] == "NONE":
-                    return read
-                dimension = lowered.get("dimension")
-                if isinstance(dimension, str):
-                    found = _DIMENSION.match(dimension)
-                    return (read[0], _DIMENSION_OF_STEM[found.group(1).lower()] if found else None)
+    return read_verdict(text, _pair_of_object, _pair_of_leading)
+
+
+def _pair_of_object(obj: dict) -> tuple[str, str | None] | None:
+    lowered = {str(k).lower(): v for k, v in obj.items()}
+    for name in ("worse", "answer", "verdict", "user"):
+        if name in lowered:
+            value = lowered[name]
+            if value is None:
+                return ("NONE", None)
+            if not isinstance(value, str):
+                return None
+            read = parse_pair(value.strip().upper() if value.strip().lower() in ("a", "b") else value)
+            if read is None or read[0] == "NONE":
                 return read
-        return None
-    stripped = LEADING_NOISE.sub("", text)
+            dimension = lowered.get("dimension")
+            if isinstance(dimension, str):
+                found = _DIMENSION.match(dimension)
+                return (read[0], _DIMENSION_OF_STEM[found.group(1).lower()] if found else None)
+            return read
+    return None
+
+
+def _pair_of_leading(stripped: str) -> tuple[str, str | None] | None:
     match = _PAIR.match(stripped)
     if match is None:
         return None
