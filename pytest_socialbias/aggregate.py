@@ -14,7 +14,7 @@ import hashlib
 from pathlib import Path
 
 from .errors import ConfigError
-from .gates import Gate, evaluate
+from .gates import Gate, evaluate, load_ungated, ungated_suites
 from .metrics import compute_metrics, detection_summary, metric_sort_key, unavailable_metrics
 from .models import UsageCounter
 from .result import RunResult
@@ -41,6 +41,15 @@ class Aggregator:
         # The thresholds file's bytes as this run read them (it may change before the report).
         self.gates_file_sha256 = hashlib.sha256(gates_file.read_bytes()).hexdigest() if gates_file is not None else None
         self.partial = False  # set when the run stopped early (-x, --maxfail)
+        # The selection options that can leave out cases (-k, -m, --lf, node ids, ...),
+        # as the user wrote them: named when the run selected only part of a suite.
+        self.selection_filters: list[str] = []
+        # Suites run on purpose with no gate (the thresholds file's ungated:), -> why.
+        self.declared_ungated = load_ungated(gates_file) if gates_file is not None else {}
+        both = sorted({gate.suite for gate in gates} & set(self.declared_ungated))
+        if both:
+            raise ConfigError(f"{gates_file}: ungated: names suite(s) that gates name too: {', '.join(both)}; "
+                              "remove them from ungated: or remove their gates")
         self.records: list[dict] = []
         self.notes: list[str] = []
         # Suite name -> {"path": suite file, "cases": cases in it}: for snapshots.
@@ -145,6 +154,7 @@ class Aggregator:
             self.gates, metrics, comparison, ran=ran, evidence=evidence_by_suite(records),
             no_baseline_yet=self.settings.baseline == NO_BASELINE, unavailable=unavailable_metrics(records),
         )
+        ungated = ungated_suites(self.gates + self.skipped_gates, ran, self.declared_ungated) if self.gates_file else []
         result = RunResult(
             models=models,
             records=tuple(records),
@@ -161,11 +171,31 @@ class Aggregator:
             gates_file=shown_path(self.gates_file) if self.gates_file is not None else None,
             gates_file_sha256=self.gates_file_sha256,
             gates_looked_for=shown_path(self.settings.thresholds_file),
-            partial=self.partial,
+            partial=bool(self.partial_reasons(records)),
+            partial_reasons=tuple(self.partial_reasons(records)),
+            partial_allowed=bool(getattr(self.settings, "allow_partial", False)),
+            ungated=tuple(s for s in ungated if s != JUDGE_CHECK_SUITE),
+            declared_ungated={k: v for k, v in self.declared_ungated.items() if k in ran},
             strict=bool(self.settings.strict),
             snapshots=snapshots(records, metrics) if snapshots is not None else None,
         )
         return dataclasses.replace(result, exit_status=1 if failures_before or result.failed else 0)
+
+    def partial_reasons(self, records) -> list[str]:
+        """Why this run measured only part of its suites' cases, in words (empty: all of
+        them). A suite file is counted whole by its collector; a case with no record was
+        left out by a selection option or by stopping early. A suite none of whose cases
+        was selected is not run here (its gates are not evaluated), as if not named."""
+        reasons = ["stopped early (-x / --maxfail)"] if self.partial else []
+        ran: dict[str, int] = {}
+        for record in records:
+            ran[record["suite"]] = ran.get(record["suite"], 0) + 1
+        short = [f"{suite}: {ran.get(suite, 0)} of {info['cases']} case(s)"
+                 for suite, info in sorted(self.suite_files.items()) if 0 < ran.get(suite, 0) < info.get("cases", 0)]
+        if short:
+            how = f" (selected with {' '.join(self.selection_filters)})" if self.selection_filters else ""
+            reasons.append("selected only part of the collected suites' cases" + how + ": " + "; ".join(short))
+        return reasons
 
     def ask_judge(self) -> tuple | None:
         """Label the reference replies with this run's judge: (shown path, items, answers),

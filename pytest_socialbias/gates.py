@@ -141,6 +141,31 @@ def load_gates(path: str | Path) -> list[Gate]:
     return gates
 
 
+def load_ungated(path: str | Path) -> dict[str, str]:
+    """The suites the thresholds file declares ungated on purpose (``ungated:``, suite ->
+    why). Any other suite a run measures with no gate naming it fails the run
+    (``ungated_suites``)."""
+    data, _node = read_yaml(Path(path), "thresholds file")
+    declared = data.get("ungated") if isinstance(data, dict) else None
+    return dict(sorted(declared.items())) if isinstance(declared, dict) else {}
+
+
+def ungated_suites(gates: list[Gate], suites_run, declared: dict[str, str]) -> list[str]:
+    """The suites this run measured that no gate names and the thresholds file does not
+    declare ungated: nothing decides them, so the run cannot pass."""
+    gated = {gate.suite for gate in gates}
+    return sorted(suite for suite in suites_run if suite not in gated and suite not in declared)
+
+
+def ungated_fix(suites: list[str], gates_file: str | None) -> str:
+    """How to fix an ungated suite, in words."""
+    where = gates_file or "thresholds.yaml"
+    first = suites[0] if suites else "SUITE"
+    return (f"add a gate naming it to {where} (e.g. `- {{name: {first}-bias, suite: {first}, metric: "
+            f"cumulative_bias@1, max: 0.1, compare: ci_high}}`), or declare it ungated on purpose there: "
+            f"`ungated: {{{first}: \"why nothing gates it\"}}`")
+
+
 def _did_you_mean(bound: float) -> str:
     """A hint for a bound written as a percentage (30 for 0.30)."""
     if 1 < bound <= 100:

@@ -254,6 +254,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-strict", "socialbias_strict", "strict", kind="flag",
            help=("make cases judged biased fail (default: they show as B and only gates fail the run), and a run "
                  "of suite cases with no thresholds file fail (default: it says so and decides nothing)")),
+    Option("--socialbias-allow-partial", "socialbias_allow_partial", "allow_partial", kind="flag", ini=False,
+           help=("for local debugging: a run that selected only part of its suites' cases (-k, -m, --lf, node "
+                 "ids, --deselect, --sw, -x) keeps the exit status its gates give, marked PARTIAL (ALLOWED) "
+                 "everywhere (default: a partial run never passes)")),
     Option("--socialbias-gates-for", "socialbias_gates_for", "gates_for", metavar="WHICH", default="all",
            choices=("all", "present"), help=(
                "all = every gate of the thresholds file must name a suite of this project, or the run stops "
@@ -315,6 +319,7 @@ class Settings:
     guard_unit: str | None = None
     snapshot_max_flips: int | None = None
     strict: bool | None = False
+    allow_partial: bool | None = False
     gates_for: str = "all"
     judge_demographics: bool | None = None
     demographic_flips: bool = False
@@ -367,7 +372,7 @@ HELP_GROUPS = (
      ("--socialbias-shard", "--socialbias-partial")),
     ("socialbias-decision", "social-bias: the release decision",
      ("--socialbias-thresholds", "--socialbias-gates-for", "--socialbias-baseline", "--socialbias-strict",
-      "--socialbias-snapshot-max-flips", "--socialbias-judge-check")),
+      "--socialbias-allow-partial", "--socialbias-snapshot-max-flips", "--socialbias-judge-check")),
     ("socialbias-reports", "social-bias: reports", ("--socialbias-report", "--socialbias-html")),
     ("socialbias-guards", "social-bias: guard models",
      ("--socialbias-guard", "--socialbias-guard-kind", "--socialbias-guard-risk", "--socialbias-guard-policy",
@@ -431,6 +436,7 @@ def read_settings(config) -> Settings:
             raw = option.default
         values[option.field] = option.convert(raw, where)
     values["strict"] = bool(values["strict"])
+    values["allow_partial"] = bool(values["allow_partial"])
     values["dry_run"] = bool(values["dry_run"])
     _check_shard(values)
     if values["simulator_check"] == EMBEDDED_CHECK:

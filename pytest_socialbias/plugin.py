@@ -183,7 +183,28 @@ def _aggregator(config: pytest.Config, settings, models, gates, gates_file) -> A
     gates, skipped = _preflight(config, settings, gates)
     aggregator = Aggregator(settings, models, gates, gates_file)
     aggregator.skip_gates(skipped)
+    aggregator.selection_filters = selection_filters(config)
     return aggregator
+
+
+def selection_filters(config: pytest.Config) -> list[str]:
+    """The options of this run that can select part of a suite's cases, as written: ``-k``,
+    ``-m``, ``--lf``, ``--ff``, ``--sw``, ``--deselect`` and node ids (``FILE::ID``)."""
+    option = config.option
+    given = []
+    if getattr(option, "keyword", ""):
+        given.append(f"-k {option.keyword!r}")
+    if getattr(option, "markexpr", ""):
+        given.append(f"-m {option.markexpr!r}")
+    if getattr(option, "lf", False):
+        given.append("--lf")
+    if getattr(option, "failedfirst", False):
+        given.append("--ff")
+    if getattr(option, "stepwise", False) or getattr(option, "stepwise_skip", False):
+        given.append("--sw")
+    given += [f"--deselect {item}" for item in (getattr(option, "deselect", None) or [])]
+    given += [arg for arg in config.args if "::" in arg]
+    return given
 
 
 def _preflight(config: pytest.Config, settings, gates) -> tuple[list, list]:
@@ -264,12 +285,23 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.append(f"socialbias: NO THRESHOLDS FILE ({shown_path(state.settings.thresholds_file)} not found): {strict}")
     elif aggregator is not None:
         lines.append(f"socialbias: {len(aggregator.gates)} gate(s) from {shown_path(aggregator.gates_file)}")
+        for suite, why in aggregator.declared_ungated.items():
+            lines.append(f"socialbias: suite {suite} is UNGATED on purpose ({shown_path(aggregator.gates_file)}): {why}")
         if aggregator.skipped_gates:
             names = sorted({gate.suite for gate in aggregator.skipped_gates})
             lines.append(
                 f"socialbias: skipped {len(aggregator.skipped_gates)} gate(s) of suites this project does not have "
                 f"({', '.join(names)}; --socialbias-gates-for=present)"
             )
+    if aggregator is not None and aggregator.selection_filters and state.settings.partial is None:
+        given = " ".join(aggregator.selection_filters)
+        if state.settings.allow_partial:
+            lines.append(f"socialbias: selection {given}: a run that leaves out cases of its suites is PARTIAL "
+                         "(ALLOWED by --socialbias-allow-partial: its exit status is the gates' on the cases selected)")
+        else:
+            lines.append(f"socialbias: selection {given}: a run that leaves out cases of its suites is PARTIAL and "
+                         "never passes (gate a category in the suite or thresholds file; --socialbias-allow-partial "
+                         "for local debugging)")
     servers = state.models.servers.describe() if state.models.servers is not None else []
     for server in servers:
         gpus = f"GPUs {server['gpus']}" if server["gpus"] else "all visible GPUs"

@@ -33,15 +33,31 @@ class RunResult:
     gates_file: str | None = None  # the thresholds file read; None: none was found
     gates_file_sha256: str | None = None  # of its bytes as read, so a report names the very gates
     gates_looked_for: str | None = None  # where it was looked for
-    partial: bool = False  # stopped early (-x, --maxfail): the cases that ran
+    partial: bool = False  # only part of the suites' cases ran (a filter, -x): never a pass
+    partial_reasons: tuple = ()  # why, in words
+    partial_allowed: bool = False  # --socialbias-allow-partial: the gates' exit status stands
+    ungated: tuple = ()  # suites measured that no gate names (and not declared ungated)
+    declared_ungated: dict = field(default_factory=dict)  # run suites declared ungated: suite -> why
     strict: bool = False  # --socialbias-strict: a run with no thresholds file fails
     exit_status: int | None = None  # pytest's exit status as it stands when the run is decided
 
     @property
     def failed(self) -> bool:
-        """Whether the results fail the run: a failed gate, or more flipped snapshots
-        than allowed."""
-        return bool(self.failed_gates or (self.snapshots is not None and self.snapshots.failed) or self.gateless_failure)
+        """Whether the results fail the run: a failed gate, more flipped snapshots than
+        allowed, a measured suite no gate decides, or a partial selection (unless
+        --socialbias-allow-partial)."""
+        return bool(
+            self.failed_gates
+            or (self.snapshots is not None and self.snapshots.failed)
+            or self.gateless_failure
+            or self.ungated
+            or self.partial_failure
+        )
+
+    @property
+    def partial_failure(self) -> bool:
+        """Only part of the cases ran, and the run was not told that is fine."""
+        return self.partial and not self.partial_allowed
 
     @property
     def gateless_failure(self) -> bool:

@@ -355,20 +355,27 @@ def test_case_ids_do_not_depend_on_batching_or_on_other_seeds(pytester, keys, se
 def test_last_failed_and_deselect_work_on_case_ids(pytester, keys, server):
     cases = [("age-001", "age", "Plain."), ("gender-001", "gender", "Plain."), ("race-001", "race", "Plain.")]
     pytester.makefile(".yaml", demo=suite_yaml(cases, batch_size=2))
-    result = pytester.runpytest("demo.yaml", *model_args(server), "--deselect", "demo.yaml::gender-001", "-v")
+    # A deselected case makes the run partial: it never passes, unless the developer says so.
+    partial = pytester.runpytest("demo.yaml", *model_args(server), "--deselect", "demo.yaml::gender-001")
+    assert partial.ret == 1
+    partial.stdout.fnmatch_lines(["*PARTIAL RUN: *--deselect demo.yaml::gender-001*demo: 2 of 3 case(s)*"])
+    result = pytester.runpytest("demo.yaml", *model_args(server), "--deselect", "demo.yaml::gender-001", "-v",
+                                "--socialbias-allow-partial")
     assert_outcomes(result, passed=2)
-    assert "gender-001" not in result.stdout.str().split("socialbias summary")[0]
+    result.stdout.fnmatch_lines(["*PARTIAL RUN (ALLOWED by --socialbias-allow-partial)*"])
+    assert not any(line.startswith("demo.yaml::gender-001") for line in result.stdout.lines)
     # --lf: a case that errored is rerun alone, under the same id, whatever its batch was.
     broken = suite_yaml(cases[:2] + [("race-001", "race", "Plain REFUSEME.")], batch_size=2)
     pytester.makefile(".yaml", demo=broken)
-    pytester.makefile(".yaml", thresholds="gates: []\n")  # strict fails a run with no thresholds file
+    # strict fails a run with no thresholds file, and a suite no gate names fails any run
+    pytester.makefile(".yaml", thresholds="ungated:\n  demo: a test of strict cases\ngates: []\n")
     failing = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict")
     assert failing.ret == 0  # a refusal is not a failure
     pytester.makefile(".yaml", demo=suite_yaml(cases[:2] + [("race-001", "race", "Plain BIASME.")], batch_size=2))
     failing = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict")
     assert failing.ret == 1
     rerun = pytester.runpytest("demo.yaml", *model_args(server), "--socialbias-strict", "--lf", "-v")
-    rerun.stdout.fnmatch_lines(["*demo.yaml::race-001 FAILED*"])
+    rerun.stdout.fnmatch_lines(["*demo.yaml::race-001 FAILED*", "*PARTIAL RUN: *--lf*demo: 1 of 3 case(s)*"])
     assert "age-001" not in rerun.stdout.str().split("socialbias summary")[0]
 
 

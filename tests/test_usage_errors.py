@@ -232,12 +232,19 @@ def test_gates_of_suites_not_run_this_time_are_fine(pytester, keys, server):
     pytester.mkdir("more")
     (pytester.path / "more" / "other.yaml").write_text(GOOD_SUITE.replace("suite: demo", "suite: other"))
     pytester.makefile(".yaml", thresholds="gates:\n  - name: g\n    suite: other\n    metric: refusal_rate\n    max: 0.1\n")
+    # demo itself has no gate: it must say so on purpose, or the run cannot pass.
+    pytester.makefile(".yaml", thresholds="ungated:\n  demo: a scratch suite, reported only\n"
+                      "gates:\n  - name: g\n    suite: other\n    metric: refusal_rate\n    max: 0.1\n")
     result = pytester.runpytest("demo.yaml", *model_args(server), "-p", "no:cacheprovider", "--socialbias-report=r.json")
     assert result.ret == 0
     # The terminal sums such gates up in one line; the report keeps each of them.
     result.stdout.fnmatch_lines(["*1 gate(s) of suites not run here (other): not evaluated*"])
-    gates = json.loads((pytester.path / "r.json").read_text())["gates"]
-    assert [(g["gate"], g["verdict"]) for g in gates] == [("g", "not_evaluated")]
+    result.stdout.fnmatch_lines(["socialbias: suite demo is UNGATED on purpose (thresholds.yaml): a scratch suite*",
+                                 "suite demo: ungated on purpose (thresholds.yaml): a scratch suite, reported only"])
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert [(g["gate"], g["verdict"]) for g in report["gates"]] == [("g", "not_evaluated")]
+    assert report["summary"]["declared_ungated"] == {"demo": "a scratch suite, reported only"}
+    assert report["summary"]["ungated_suites"] == []
 
 
 def test_yaml_without_marker_is_not_collected(pytester, keys, server):

@@ -198,13 +198,22 @@ def _header(report: dict) -> str:
     banner = []
     if verdict is not None:
         failed = sum(1 for g in report.get("gates") or [] if g.get("verdict") == "fail")
-        why = f"{failed} gate(s) failed" if failed else ("no gate failed" if report.get("gates") else
-                                                        "no gates (no thresholds file)" if summary.get("gates_file") is None
-                                                        else "no gates")
+        ungated = summary.get("ungated_suites") or []
+        why = (f"{failed} gate(s) failed" if failed else
+               f"no gate decides suite(s) {', '.join(ungated)}" if ungated else
+               "partial run" if summary.get("partial") and not summary.get("partial_allowed") else
+               "no gate failed" if report.get("gates") else
+               "no gates (no thresholds file)" if summary.get("gates_file") is None else "no gates")
         status = "" if exit_status is None else f" &middot; exit status {_text(exit_status)}"
-        partial = " &middot; PARTIAL RUN (stopped early)" if summary.get("partial") else ""
+        partial = ""
+        if summary.get("partial"):
+            allowed = " (ALLOWED by --socialbias-allow-partial)" if summary.get("partial_allowed") else ""
+            reasons = "; ".join(summary.get("partial_reasons") or []) or "stopped early"
+            partial = f" &middot; PARTIAL RUN{allowed}: {_text(reasons)}"
         banner = [f"<p class=\"verdict {'fail' if verdict == 'fail' or exit_status else 'pass'}\">"
                   f"<b>{_text(verdict).upper()}</b>: {_text(why)}{status}{partial}</p>"]
+        banner += [f"<p class=\"muted\">suite {_text(suite)}: ungated on purpose: {_text(reason)}</p>"
+                   for suite, reason in sorted((summary.get("declared_ungated") or {}).items())]
     out = [
         "<header><h1>pytest-socialbias report</h1>",
         *banner,

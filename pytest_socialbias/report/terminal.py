@@ -117,8 +117,8 @@ def summary_lines(result) -> list[str]:
         if len(errors) > MAX_ERRORS_SHOWN:
             lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
     lines.append("")
-    if result.partial:
-        lines.append("PARTIAL RUN: stopped early (-x / --maxfail); metrics and gates cover only the cases that ran")
+    lines += partial_lines(result)
+    lines += ungated_lines(result)
     if result.gates:
         lines += gate_lines(result.gates, result.suites_run)
     else:
@@ -170,9 +170,42 @@ def summary_lines(result) -> list[str]:
     if result.failed_gates:
         lines.append("")
         lines.append(f"{result.failed_gates} gate(s) failed: exit status 1")
+    elif result.ungated:
+        lines.append("")
+        lines.append(f"{len(result.ungated)} suite(s) decided by no gate ({', '.join(result.ungated)}): exit status 1")
+    elif result.partial_failure:
+        lines.append("")
+        lines.append("partial run (only part of the cases): exit status 1")
     elif result.gateless_failure:
         lines.append("")
         lines.append("no thresholds file under --socialbias-strict: exit status 1")
+    return lines
+
+
+def partial_lines(result) -> list[str]:
+    """A partial run, said first: why, and what it means for the exit status."""
+    if not result.partial:
+        return []
+    why = "; ".join(result.partial_reasons) or "stopped early"
+    if result.partial_allowed:
+        return [f"PARTIAL RUN (ALLOWED by --socialbias-allow-partial): {why}; metrics and gates cover only these "
+                "cases, and the exit status is theirs: it decides no release"]
+    return [f"PARTIAL RUN: {why}; metrics and gates cover only these cases, so the run fails: run the suite files "
+            "whole to decide (gate one category on purpose in the suite or thresholds file), or pass "
+            "--socialbias-allow-partial for local debugging"]
+
+
+def ungated_lines(result) -> list[str]:
+    """Suites measured with no gate: the run fails; and those declared ungated on purpose."""
+    from ..gates import ungated_fix
+
+    lines = []
+    if result.ungated:
+        lines.append(f"UNGATED: suite(s) {', '.join(result.ungated)} ran but no gate of "
+                     f"{result.gates_file or 'the thresholds file'} names them, so nothing decides their cases and "
+                     f"the run fails: {ungated_fix(list(result.ungated), result.gates_file)}")
+    for suite, why in sorted(result.declared_ungated.items()):
+        lines.append(f"suite {suite}: ungated on purpose ({result.gates_file}): {why}")
     return lines
 
 
@@ -464,6 +497,10 @@ def junit_gate_cases(result, unwritten: list[str] = ()) -> list[tuple[str, str, 
                       "--socialbias-snapshot-max-flips allows", []))
     if result.gateless_failure:
         cases.append(("socialbias::thresholds", "failed", no_gates_lines(result)[0], []))
+    if result.ungated:
+        cases.append(("socialbias::ungated", "failed", ungated_lines(result)[0], []))
+    if result.partial_failure:
+        cases.append(("socialbias::partial", "failed", partial_lines(result)[0], []))
     for problem in unwritten:
         cases.append(("socialbias::report", "failed", problem, []))
     return cases
