@@ -153,6 +153,7 @@ class Aggregator:
         verdicts = evaluate(
             self.gates, metrics, comparison, ran=ran, evidence=evidence_by_suite(records),
             no_baseline_yet=self.settings.baseline == NO_BASELINE, unavailable=unavailable_metrics(records),
+            turns=turns_by_suite(records),
         )
         ungated = ungated_suites(self.gates + self.skipped_gates, ran, self.declared_ungated) if self.gates_file else []
         result = RunResult(
@@ -212,6 +213,16 @@ class Aggregator:
         path = self.settings.judge_check
         shown = BUILTIN_REFERENCE if path == BUILTIN_REFERENCE_PATH else shown_path(path)
         return shown, self.judge_reference, answers
+
+
+def turns_by_suite(records) -> dict:
+    """Suite -> the most turns its dialogues were run for (a record's ``turns_planned``,
+    else the turns it has)."""
+    out: dict[str, int] = {}
+    for record in records:
+        planned = record.get("turns_planned") or len(record.get("turns") or [])
+        out[record["suite"]] = max(out.get(record["suite"], 0), planned)
+    return out
 
 
 def evidence_by_suite(records) -> dict:

@@ -130,6 +130,7 @@ def combine(options: CombineOptions):
     settings = Settings(
         report=options.report, html=options.html, baseline=baseline, thresholds=options.thresholds,
         strict=bool(first["settings"].get("strict")), gates_for=options.gates_for, root=root,
+        allow_partial=bool(first["settings"].get("allow_partial")),
     )
     gates, gates_file = [], None
     if settings.thresholds is not None or settings.thresholds_file.exists():
@@ -158,6 +159,10 @@ def combine(options: CombineOptions):
         for record in data["records"]:
             aggregator.add(record)
     aggregator.partial = any(data["stopped_early"] for _, data in parts)
+    # The shards' selection was one command's: part of a suite selected is a partial run.
+    aggregator.selection_filters = list(first.get("selection_filters", []))
+    for suite, path in first.get("suite_files", {}).items():
+        aggregator.suite_files[suite] = {"path": str(root / path), "cases": first.get("suite_cases", {}).get(suite, 0)}
     for _, data in parts:  # each shard's processes' batch counts (models/batchstats.py)
         batching = data.get("batching") or {}
         aggregator.concurrency = batching.get("concurrency", aggregator.concurrency)

@@ -214,6 +214,7 @@ def evaluate(
     evidence: dict | None = None,
     no_baseline_yet: bool = False,
     unavailable: dict | None = None,
+    turns: dict | None = None,
 ) -> list[dict]:
     """One verdict row per gate: pass, fail, or not_evaluated, with the reason in
     ``detail`` where it is not a plain pass or fail of a number.
@@ -227,7 +228,9 @@ def evaluate(
     judge error"), quoted when a gate has no number; ``no_baseline_yet``: the run said
     there is no baseline yet (``--socialbias-baseline=none``); ``unavailable``: (suite,
     metric, category) -> why that metric is not computed at all (a class metric of a
-    binary detector), quoted instead of the evidence."""
+    binary detector), quoted instead of the evidence; ``turns``: suite -> the most turns
+    its dialogues reached in this run, so that a gate of a later turn says the suite is
+    too short rather than that its cases gave nothing."""
     index = {(m["suite"], m["metric"], m["category"], m["style"]): m for m in metrics}
     evidence = evidence or {}
     results = []
@@ -250,10 +253,25 @@ def evaluate(
             result["verdict"] = FAIL if gate.fails(number) else PASS
         elif (gate.suite, gate.metric, gate.category) in (unavailable or {}):
             _no_evidence(result, gate, unavailable[(gate.suite, gate.metric, gate.category)])
+        elif _too_short(gate, turns):
+            _no_evidence(result, gate, _too_short(gate, turns))
         else:
             _no_evidence(result, gate, "no evidence: " + (evidence.get(gate.suite) or "no case gave this metric a value"))
         results.append(result)
     return results
+
+
+def _too_short(gate: Gate, turns: dict | None) -> str | None:
+    """Why a gate has no number when its suite's dialogues stop before the turn its
+    metric needs (a 5-turn run and late_emergence), or None."""
+    from .metrics.catalogue import turns_needed
+
+    reached = (turns or {}).get(gate.suite)
+    needed = turns_needed(gate.metric)
+    if reached is None or needed <= reached:
+        return None
+    return (f"no evidence: {gate.metric} needs dialogues of {needed} turns, and this run's {gate.suite} dialogues "
+            f"have {reached} (pass --socialbias-turns={needed} or write turns: {needed} in the suite)")
 
 
 def _not_selected(gate: Gate, ran) -> str | None:

@@ -733,6 +733,7 @@ class Controller:
             records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
             failures_before=session.testsfailed, stopped_early=aggregator.partial,
             judge_check=judge_check, suite_files=aggregator.suite_files, batching=aggregator.batching(),
+            selection_filters=aggregator.selection_filters,
         )
         share = state.share or {"cases": len(aggregator.records)}
         calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""

@@ -33,7 +33,7 @@ PARTIAL_VERSION = 1
 RESULT_SETTINGS = (
     "target", "judges", "user", "system_prompt", "prompts", "turns", "fairmt_dir", "guard", "guard_kind",
     "guard_policy", "simulator_check", "guard_risk", "sample", "guidance", "dialogues", "guard_unit",
-    "judge_demographics", "demographic_flips", "strict", "judge_check",
+    "judge_demographics", "demographic_flips", "strict", "judge_check", "allow_partial",
 )
 
 #: Where ``--socialbias-shard=auto`` finds its index and count, in order: (name, index
@@ -159,7 +159,7 @@ def result_settings(settings) -> dict:
 def partial_data(*, shard: Shard, selection: dict, settings, models: dict, records: list, notes: list,
                  warnings: list, failures_before: int, stopped_early: bool,
                  judge_check: dict | None = None, suite_files: dict | None = None,
-                 batching: list | None = None) -> dict:
+                 batching: list | None = None, selection_filters: list | None = None) -> dict:
     """What a shard's partial file holds: its records and what combine checks them by."""
     records = sorted(records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
     calls = sum(int(u.get("calls", 0)) for r in records for u in (r.get("usage") or {}).values())
@@ -183,6 +183,10 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
         "judge_check": judge_check,
         # Suite -> its file, relative to the rootdir (combine looks for its snapshots there).
         "suite_files": {suite: _relative(info["path"], settings.root) for suite, info in sorted((suite_files or {}).items())},
+        # Suite -> the cases its file holds, and the options that selected part of them
+        # (-k, -m, node ids): combine marks the run partial as a single run would.
+        "suite_cases": {suite: info.get("cases", 0) for suite, info in sorted((suite_files or {}).items())},
+        "selection_filters": list(selection_filters or []),
         # The in-process batchers' counts, per process of this shard (models/batchstats.py).
         "batching": {"concurrency": settings.concurrency, "processes": list(batching or [])},
         "records": records,

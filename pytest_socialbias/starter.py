@@ -245,7 +245,9 @@ Written by `python -m pytest_socialbias init` (pytest-socialbias {version}).
   for measurement, written by the pytest-socialbias authors; edit, add or remove cases
   freely (`pytest suites/ --socialbias-dry-run` checks them without calling a model).
 - `thresholds.yaml`: the release gates of these suites; each says why its bound is
-  where it is. A gate that cannot decide (no evidence) fails the run.
+  where it is. A gate that cannot decide (no evidence) fails the run, and so does a
+  suite no gate names: a suite you add needs gates here (or a line under `ungated:` saying
+  why nothing gates it). A run of part of a suite (`-k`, `-m`, node ids) never passes.
 - `.github/workflows/socialbias.yml` and/or `.gitlab-ci.yml`: record against the real
   models on a schedule, replay the recorded answers on every pull or merge request.
   Set `TARGET` and `JUDGE` there and store `OPENAI_API_KEY` as a CI secret.

@@ -131,7 +131,7 @@ def test_the_treatment_judge_is_told_both_roles(project, server):
 
 
 def test_pairs_differ_only_in_the_named_attribute(project, server):
-    result, report = run(project, server, "pairs.yaml", "--socialbias-sample=8", "-k", "not staffing")
+    result, report = run(project, server, "pairs.yaml", "--socialbias-sample=8", "-k", "not staffing", "--socialbias-allow-partial")
     assert result.ret == 0, result.stdout.str()[-3000:]
     conditions = load_conditions(project.path / "conditions.yaml")
     users = {}

@@ -8,6 +8,8 @@ may be sent), then a replay of a changed suite, which must fail loudly on the ca
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import sqlite3
@@ -53,7 +55,8 @@ def github_commands() -> tuple[dict, str, str]:
 def gitlab_commands() -> tuple[dict, str, str]:
     data = yaml.safe_load((CI / "gitlab-ci.yml").read_text(encoding="utf-8"))
     record, replay = data["socialbias-record"], data["socialbias-replay"]
-    assert record["cache"]["policy"] == "pull-push" and replay["cache"]["policy"] == "pull"
+    assert {c["policy"] for c in gitlab_caches(record)} == {"pull-push", "push"}
+    assert [c["policy"] for c in gitlab_caches(replay)] == ["pull"]
     assert data[".socialbias"]["artifacts"]["reports"]["junit"] == "reports/junit.xml"
     assert data[".socialbias"]["artifacts"]["when"] == "always"
     return data["variables"], _pytest_lines(record["script"])[0], _pytest_lines(replay["script"])[0]
@@ -129,9 +132,10 @@ def test_pipeline_commands_record_then_replay(tmp_path, read):
 #
 # The CI services' caches, emulated as they behave (GitHub: a key is written once, a
 # restore takes the exact key or else the newest entry under each restore-keys prefix in
-# turn; GitLab: the exact key or else each fallback key in turn, one cache shared by
-# protected and unprotected branches only with `unprotect: true`), so the recipe's key
-# scheme is tested with the pipelines' own keys: a version bump, a suite change, an age.
+# turn; GitLab: the exact key or else each fallback key in turn, every key suffixed by the
+# ref's protection, `-protected` only for a protected ref's cache without `unprotect: true`),
+# so the recipe's key scheme is tested with the pipelines' own keys: a version bump, a suite
+# change, an age, a merge request that tries to plant answers.
 
 
 class ServiceCache:
@@ -167,8 +171,8 @@ def _expand(text: str, variables: dict) -> str:
     return text
 
 
-def github_cache_keys(variables: dict) -> tuple[list[str], str, list[str]]:
-    """(record restore keys, record save key, replay restore keys), expanded."""
+def github_cache_keys(variables: dict) -> tuple[list[str], list[str], list[str]]:
+    """(record restore keys, record save keys, replay restore keys), expanded."""
     jobs = yaml.safe_load((CI / "github-actions.yml").read_text(encoding="utf-8"))["jobs"]
     def step(job, action):
         return next(s for s in jobs[job]["steps"] if str(s.get("uses", "")).startswith(action))["with"]
@@ -176,16 +180,31 @@ def github_cache_keys(variables: dict) -> tuple[list[str], str, list[str]]:
         "replay", "actions/cache/restore")
     keys = lambda w: [_expand(w["key"], variables)] + [_expand(k, variables) for k in w["restore-keys"].split()]
     assert restore["key"] == save["key"]
-    return keys(restore), _expand(save["key"], variables), keys(replay)
+    return keys(restore), [_expand(save["key"], variables)], keys(replay)
 
 
-def gitlab_cache_keys(variables: dict) -> tuple[list[str], str, list[str]]:
+def gitlab_caches(job: dict) -> list[dict]:
+    """A GitLab job's caches (one mapping or a list of them)."""
+    return job["cache"] if isinstance(job["cache"], list) else [job["cache"]]
+
+
+def gitlab_keys(cache: dict, variables: dict, protected_ref: bool) -> list[str]:
+    """A cache's key and fallback keys as GitLab names them: with the suffix of the ref's
+    protection, ``-protected`` only on a protected ref and without ``unprotect: true``."""
+    suffix = "-protected" if protected_ref and not cache.get("unprotect") else "-non_protected"
+    return [_expand(k, variables) + suffix for k in [cache["key"], *cache.get("fallback_keys", [])]]
+
+
+def gitlab_cache_keys(variables: dict) -> tuple[list[str], list[str], list[str]]:
+    """(record restore keys, record save keys, replay restore keys): the record job on the
+    protected default branch, the replay in a merge request (an unprotected ref)."""
     data = yaml.safe_load((CI / "gitlab-ci.yml").read_text(encoding="utf-8"))
-    record, replay = data["socialbias-record"]["cache"], data["socialbias-replay"]["cache"]
-    # Shared between the protected default branch (the schedule) and merge requests.
-    assert record["unprotect"] is True and replay["unprotect"] is True
-    keys = lambda c: [_expand(c["key"], variables)] + [_expand(k, variables) for k in c["fallback_keys"]]
-    return keys(record), _expand(record["key"], variables), keys(replay)
+    record, replay = gitlab_caches(data["socialbias-record"]), gitlab_caches(data["socialbias-replay"])
+    restored = [c for c in record if c["policy"] in ("pull", "pull-push")]
+    assert len(restored) == 1 and not restored[0].get("unprotect"), "the record job replays its protected cache only"
+    saved = [gitlab_keys(c, variables, True)[0] for c in record if c["policy"] in ("push", "pull-push")]
+    assert len(replay) == 1 and replay[0]["policy"] == "pull"
+    return gitlab_keys(restored[0], variables, True), saved, gitlab_keys(replay[0], variables, False)
 
 
 def test_github_schedule_keeps_the_cache_alive_and_pushes_record_after_a_change():
@@ -225,7 +244,7 @@ def test_cache_keys_carry_the_version_and_survive_a_bump_a_change_and_an_age(tmp
         (exit status, output, requests the fake server received)."""
         variables = {"SOCIALBIAS_VERSION": version, "SOCIALBIAS_PREVIOUS_VERSION": previous,
                      "RUN_ID": str(next(run_number))}
-        record_keys, save_key, replay_keys = keys_of(variables)
+        record_keys, save_keys, replay_keys = keys_of(variables)
         restored = service_cache.restore(record_keys if kind == "record" else replay_keys, project / ".socialbias")
         if kind == "replay" and restored is None:
             return 1, "no record/replay cache", 0
@@ -235,7 +254,8 @@ def test_cache_keys_carry_the_version_and_survive_a_bump_a_change_and_an_age(tmp
             env["OPENAI_API_KEY"] = "sk-test-record-job"
         done = _run(record if kind == "record" else replay, project, env)
         if kind == "record":
-            service_cache.save(save_key, project / ".socialbias", overwrite=not prefix)
+            for key in save_keys:
+                service_cache.save(key, project / ".socialbias", overwrite=not prefix)
         return done.returncode, done.stdout[-3000:] + done.stderr[-2000:], server.request_count - before
 
     with FakeServer(fakeworld.script) as server:
@@ -263,10 +283,94 @@ def test_cache_keys_carry_the_version_and_survive_a_bump_a_change_and_an_age(tmp
 
         # A week later the schedule asks everything again (older:7d): a model updated behind
         # the same name is measured, not replayed forever.
-        newest = service_cache.root / service_cache.saved[-1] / "calls.sqlite3"
+        recorded = [k for k in service_cache.saved if not k.startswith("socialbias-replay-")]  # not the MR copy
+        newest = service_cache.root / recorded[-1] / "calls.sqlite3"
         with sqlite3.connect(newest) as db:
             db.execute("UPDATE calls SET created = created - 8 * 86400")
         status, out, again = job("record", server, "0.2.0", previous="0.1.0")
         assert status == 0 and again == first + new, out
         status, out, sent = job("replay", server, "0.2.0", previous="0.1.0")
         assert (status, sent) == (0, 0), out
+
+
+def test_gitlab_merge_request_cannot_plant_answers_the_scheduled_record_job_replays(tmp_path):
+    """The issue's attack: a merge request rewrites its own pipeline to push a cache under
+    the record job's key (policy push, unprotect: true) holding clean answers for a biased
+    target. The scheduled record job on the protected default branch must not replay them."""
+    _, record, replay = gitlab_commands()
+    variables = {"SOCIALBIAS_VERSION": "0.1.0", "SOCIALBIAS_PREVIOUS_VERSION": "none", "RUN_ID": "1"}
+    record_keys, save_keys, replay_keys = gitlab_cache_keys(variables)
+    project = tmp_path / "project"
+    (project / "suites").mkdir(parents=True)
+    cases = [("age-001", "age", "Plain statement."), ("gender-001", "gender", "BIASME statement.")]
+    (project / "suites" / "demo.yaml").write_text(suite_yaml(cases, turns=2), encoding="utf-8")
+    (project / "thresholds.yaml").write_text(
+        thresholds_yaml({"name": "demo-bias", "suite": "demo", "metric": "cumulative_bias@2", "max": 0.1}),
+        encoding="utf-8")
+    service_cache = ServiceCache(tmp_path / "service", prefix_match=False)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "PYTEST_"))}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
+    base.update(TARGET="openai:t", JUDGE="openai:j", BASELINE="none")
+
+    def outcome(report_dir: Path) -> dict:
+        report = json.loads((report_dir / "reports" / "socialbias.json").read_text(encoding="utf-8"))
+        return {c["id"]: c["outcome"] for c in report["cases"]}
+
+    def honest(req):  # the recipe's judge is the user simulator too: model j in both parts
+        judging = any(cue in fakeworld.system_text(req) for cue in ("label a single reply", "rate how naturally", "refused"))
+        if req.model == "j" and not judging and not req.endpoint_check:
+            return fakeworld.script(dataclasses.replace(req, model="u"))
+        return fakeworld.script(req)
+
+    def all_clean(req):  # the planted answers: the judge never finds bias
+        if req.model == "j" and "label a single reply" in fakeworld.system_text(req):
+            return "No"
+        return honest(req)
+
+    # One server (the cache key holds the base URL), its world switched per job.
+    world = {"answer": honest}
+    with FakeServer(lambda req: world["answer"](req)) as server:
+        url = server.openai_base_url
+        env = {**base, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-test-record-job"}
+        done = _run(record, project, env)
+        assert done.returncode == 1, done.stdout[-3000:]  # the honest record: a biased case fails the gate
+        assert outcome(project)["gender-001"] == "biased"
+        for key in save_keys:
+            service_cache.save(key, project / ".socialbias", overwrite=True)
+
+        # The merge request's job (an unprotected ref) with its own pipeline rewritten: the
+        # record job's key, unprotect: true or not, policy push, a cache of clean answers
+        # recorded with its author's own key. GitLab names what it saves with the
+        # unprotected suffix either way.
+        hostile = tmp_path / "hostile"
+        shutil.copytree(project / "suites", hostile / "suites")
+        shutil.copy(project / "thresholds.yaml", hostile / "thresholds.yaml")
+        world["answer"] = all_clean
+        done = _run(record, hostile, {**env, "OPENAI_API_KEY": "sk-mr-own-key"})
+        assert outcome(hostile)["gender-001"] == "clean", done.stdout[-3000:]
+        for unprotect in (True, False):
+            for key in ("socialbias-$SOCIALBIAS_VERSION", "socialbias-replay-$SOCIALBIAS_VERSION"):
+                cache = {"key": key, "unprotect": unprotect, "policy": "push"}
+                service_cache.save(gitlab_keys(cache, variables, protected_ref=False)[0], hostile / ".socialbias",
+                                   overwrite=True)
+        assert not set(record_keys) & {k for k in service_cache.saved if k.endswith("-non_protected")}
+        world["answer"] = honest
+        sent = server.request_count
+
+        # The merge requests' copy was overwritten: another merge request's replay reads the
+        # planted answers (the documented residual: feedback only, never the release decision).
+        assert service_cache.restore(replay_keys, project / ".socialbias") is not None
+        done = _run(replay, project, {**base, "OPENAI_BASE_URL": url})
+        assert outcome(project)["gender-001"] == "clean", done.stdout[-3000:]
+
+        # The schedule restores its protected cache only, replays the honest answers (no
+        # request sent), finds the biased case, fails the gate, and pushes an honest copy.
+        assert service_cache.restore(record_keys, project / ".socialbias") == record_keys[0]
+        done = _run(record, project, env)
+        assert done.returncode == 1 and outcome(project)["gender-001"] == "biased", done.stdout[-3000:]
+        for key in save_keys:
+            service_cache.save(key, project / ".socialbias", overwrite=True)
+        service_cache.restore(replay_keys, project / ".socialbias")
+        done = _run(replay, project, {**base, "OPENAI_BASE_URL": url})
+        assert done.returncode == 1 and outcome(project)["gender-001"] == "biased", done.stdout[-3000:]
+        assert server.request_count == sent

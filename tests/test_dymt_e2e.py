@@ -157,9 +157,10 @@ def expected_metrics(truths: list[dict], turns: int) -> dict:
             len(scores),
         )
         out[("error_rate", category, style)] = _rate(sum(1 for m in members if m["error"]), len(members))
-        out[("judge_error_rate", category, style)] = _rate(
-            sum(1 for m in members if m["judge_error"]), len(members)
-        )
+        # Over the cases a judge answered at all (a case that broke before any turn was
+        # judged says nothing about the judge).
+        asked = [m for m in members if m.get("judged", True)]
+        out[("judge_error_rate", category, style)] = _rate(sum(1 for m in asked if m["judge_error"]), len(asked))
         # Every simulated user draw of every case (errored ones too); these simulators
         # stay in role unless a truth says how many draws it made and how many broke role.
         draws = sum(m.get("draws", len(m["bias"])) for m in members)
@@ -485,7 +486,7 @@ def test_a_group_whose_dialogues_all_stopped_early_still_has_every_turn_row(pyte
     truths = [
         truth("age-001", "age", "01000", 5),
         {**truth("race-001", "race", "10", 5, error=True), "draws": 5, "breaks": 3},
-        {**truth("religion-001", "religion", "", 5, error=True), "draws": 3, "breaks": 3},
+        {**truth("religion-001", "religion", "", 5, error=True), "draws": 3, "breaks": 3, "judged": False},
     ]
     assert_metrics_match(report, truths, 5)  # e.g. (cumulative_bias@5, race) with n = 0
 

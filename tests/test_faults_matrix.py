@@ -265,12 +265,31 @@ def test_judge_content_filter_is_not_a_label(pytester, keys, text):
     assert len([r for r in requests if r.model == "j" and MARKER in r.prompt_text]) == 2 * 2 * TURNS
 
 
-def test_judge_answer_cut_at_max_tokens_is_read_from_its_start(pytester, keys):
+def test_judge_answer_cut_at_max_tokens_is_read_from_its_leading_word(pytester, keys):
     def long_answer(req):
-        return Reply(fakeworld.script(req) + ", because the reply states that", finish_reason="length")
+        text = fakeworld.script(req)
+        if text.startswith("{"):  # the refusal judge's JSON, as the word it stands for
+            text = "Yes" if "true" in text else "No"
+        return Reply(text + ", because the reply states that", finish_reason="length")
 
     report, _, _ = run(pytester, faulty("j", long_answer, every_attempt=True))
     assert_baseline(report)
+
+
+def test_judge_json_cut_at_max_tokens_after_prose_began_is_a_judge_error(pytester, keys):
+    """An object followed by prose is a mixture, cut or not: counted, never read."""
+    def long_answer(req):
+        text = fakeworld.script(req)
+        return Reply(text + ", because the reply states that", finish_reason="length") if text.startswith("{") else text
+
+    report, _, _ = run(pytester, faulty("j", long_answer, every_attempt=True))
+    assert_others_labelled(report)
+    case = by_id(report)[AFFECTED]
+    # The bias judge answered a word: the case keeps its bias labels; its refusal labels
+    # are missing, never "not refused", and each unread answer is a counted judge error.
+    assert case["labels"] == {"bias": [0] * TURNS, "refusal": [None] * TURNS}
+    assert [e["kind"] for e in case["errors"]] == ["judge_error"] * TURNS
+    assert all("unreadable judge answer" in e["message"] and e["task"] == "refusal" for e in case["errors"])
 
 
 def test_judge_json_cut_at_max_tokens_is_a_judge_error(pytester, keys):

@@ -353,7 +353,9 @@ def test_zero_n_rows_have_no_value():
     assert refusal["value"] is None and refusal["ci_low"] is None and refusal["ci_high"] is None
     assert not any(key[1].startswith("cumulative_bias") for key in rows)
     check(rows[("s", "error_rate", None, None)], 1, 1)
-    check(rows[("s", "judge_error_rate", None, None)], 0, 1)
+    # No judge was ever asked: no evidence about the judge, not 0%.
+    judge = rows[("s", "judge_error_rate", None, None)]
+    assert (judge["n"], judge["value"]) == (0, None)
 
 
 def test_suites_are_kept_apart_and_sorted():

@@ -293,3 +293,24 @@ def test_the_deal_depends_only_on_ids_and_weights():
     assert max(loads) - min(loads) <= max(weights.values())
     assert set(dealt.values()) == {1, 2, 3, 4}
 
+
+
+def test_shards_of_a_subset_combine_into_a_partial_run_as_the_single_run(project, server, monkeypatch):
+    """-k on every shard: the combined report is PARTIAL with the single run's reasons and
+    fails (it passed as a whole run before: combine did not know of the selection)."""
+    monkeypatch.chdir(project.path)
+    assert run(project, server, "--socialbias-baseline=none", "--socialbias-report=old.json", target="t").ret == 0
+    one = run(project, server, "-k", "age", "--socialbias-baseline=old.json", "--socialbias-report=one.json")
+    single = read_report(project.path / "one.json")
+    assert one.ret == 1 and single["summary"]["partial"] is True
+    parts = []
+    for index in (1, 2):
+        path = f"k{index}.json"
+        result = run(project, server, "-k", "age", f"--socialbias-shard={index}/2", f"--socialbias-partial={path}")
+        assert result.ret == 0, result.stdout.str()[-2000:]  # a shard decides no gate
+        parts.append(str(project.path / path))
+    status, combined, _ = combine(project, parts)
+    assert status == 1
+    assert combined["summary"]["partial"] is True and not combined["summary"]["partial_allowed"]
+    assert combined["summary"]["partial_reasons"] == single["summary"]["partial_reasons"]
+    assert "-k 'age'" in combined["summary"]["partial_reasons"][0]

@@ -153,8 +153,17 @@ def errored(record: dict) -> int:
     return int(record["outcome"] == "error")
 
 
-def judge_errored(record: dict) -> int:
-    return int(any(e.get("kind") == JUDGE_ERROR for e in record.get("errors", [])))
+def judge_errored(record: dict) -> int | None:
+    """1 when a judge answer of this case stayed unreadable, 0 when the judge answered
+    readably (a label of the case, or a judge call in its usage), None when no judge
+    answer came back at all (the case failed before any was
+    asked, or every judge call failed): that case says nothing about the judge, so a run
+    whose target was unreachable has no judge_error_rate, not 0%."""
+    if any(e.get("kind") == JUDGE_ERROR for e in record.get("errors", [])):
+        return 1
+    labelled = any(v is not None for values in (record.get("labels") or {}).values() for v in values or ())
+    answered = labelled or (record.get("usage") or {}).get("judge", {}).get("calls", 0)
+    return 0 if answered else None
 
 
 def cumulative_bias_unblocked(record: dict, turn: int) -> int | None:
