@@ -182,6 +182,27 @@ class Aggregator:
         )
         return dataclasses.replace(result, exit_status=1 if failures_before or result.failed else 0)
 
+    def power_forecast(self, cases) -> list[str]:
+        """Before anything is paid for (the dry run): the no_regression gates that could not
+        decide with the pairs this run would give, if its cases came out as the baseline's
+        did (the baseline's cases among those planned, compared with themselves)."""
+        from .compare import compare, rows_for
+        from .gates import NO_REGRESSION
+
+        regression = [gate for gate in self.gates if gate.kind == NO_REGRESSION]
+        if self.baseline is None or not regression:
+            return []
+        planned = {(case.suite, case.id, case.style or "") for case in cases}
+        records = [r for r in self.baseline["cases"] if (r["suite"], r["id"], r.get("style") or "") in planned]
+        comparison = compare(records, self.baseline, rows_for(regression, records), {})
+        ran = {r["suite"] for r in records}
+        out = []
+        for verdict in evaluate(regression, [], comparison, ran=ran):
+            if (verdict["detail"] or "").startswith("cannot decide"):
+                out.append(f"gate {verdict['gate']} would not decide with the cases planned (if they came out as in "
+                           f"the baseline): {verdict['detail'].split('; a gate that cannot decide')[0]}")
+        return out
+
     def partial_reasons(self, records) -> list[str]:
         """Why this run measured only part of its suites' cases, in words (empty: all of
         them). A suite file is counted whole by its collector; a case with no record was

@@ -33,6 +33,7 @@ the rows of ``no_regression`` gates (these fail the run when a row regressed).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
@@ -134,12 +135,20 @@ def case_value(metric: str, record: dict, detector: str | None = None):
     return scope.value(record)
 
 
+def _errored(record: dict) -> bool:
+    return record.get("outcome") == "error"
+
+
 def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tuple, dict]) -> dict:
-    """The paired statistics of one row (p-values unadjusted; ``compare`` adjusts)."""
+    """The paired statistics of one row (p-values unadjusted; ``compare`` adjusts).
+
+    A case that errored in one run and has a value in the other is left out of the plain
+    comparison and counted as the worse outcome in a second one (``worst_case``): the
+    candidate's error as its worst value, the baseline's error as its best. A candidate
+    that errors exactly where the baseline was biased is then no longer invisible."""
     scope = _Scope(row, [r for r in current.values() if r["suite"] == row.suite])
     keys = sorted(k for k, r in current.items() if scope.member(r) and k in baseline)
     worse = "less" if lower_is_worse(row.metric) else "greater"
-    better = "greater" if worse == "less" else "less"
     out = {
         "suite": row.suite,
         "metric": row.metric,
@@ -158,66 +167,108 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
         "mde": None,
         "method": None,
     }
+    sides = [(scope.value(baseline[k]), scope.value(current[k]), _errored(baseline[k]), _errored(current[k])) for k in keys]
     if scope.metric.kind == DIALOGUE_RATE:
-        pairs = [(scope.value(baseline[k]), scope.value(current[k])) for k in keys]
-        pairs = [(b, c) for b, c in pairs if b is not None and c is not None]
-        n = len(pairs)
-        out["n_pairs"] = n
         out["method"] = scope.metric.paired_test if row.margin == 0 else "exact unconditional (margin)"
-        if not n:
-            return out
-        n11 = sum(1 for b, c in pairs if b and c)
-        n10 = sum(1 for b, c in pairs if b and not c)
-        n01 = sum(1 for b, c in pairs if not b and c)
-        n00 = n - n11 - n10 - n01
-        low, high = stats.paired_diff_interval(n11, n10, n01, n00)
-        discordance = (n10 + n01) / n
-        if discordance == 0:
-            # No discordant pair yet: size the test for independent pairs at the baseline rate.
-            p = (n11 + n10) / n
-            discordance = 2 * p * (1 - p)
-        out.update(
-            baseline=(n11 + n10) / n,
-            current=(n11 + n01) / n,
-            diff=(n01 - n10) / n,
-            diff_low=low,
-            diff_high=high,
-            p_value=stats.paired_margin_test(n11, n10, n01, n00, row.margin, worse),
-            p_improvement=stats.mcnemar_exact(n10, n01, better),
-            discordant=[n10, n01],
-        )
-        # The power of the exact test that is run, by enumeration (Connor's formula
-        # overstated it: at its MDE for 240 pairs of discordance 0.2, the exact McNemar
-        # test's power was 0.768, the margin-0.02 test's 0.726).
-        if row.margin == 0:
-            out["_mde"] = lambda alpha: stats.mcnemar_exact_mde(n, discordance, alpha, POWER)
-        else:
-            out["_mde"] = lambda alpha: stats.margin_test_mde(n, discordance, row.margin, alpha, POWER)
+        worst, best = (1, 0) if worse == "greater" else (0, 1)
+        pairs = [(b, c) for b, c, _, _ in sides if b is not None and c is not None]
+        imputed = [(best, c) if b is None else (b, worst) for b, c, b_err, c_err in sides
+                   if (b is None) != (c is None) and (b_err if b is None else c_err)]
+        out.update(_rate_row(pairs, row, worse))
+        if imputed:
+            out["worst_case"] = _worst_case(_rate_row(pairs + imputed, row, worse), len(imputed))
         return out
-    values = [(scope.value(baseline[k]), scope.value(current[k])) for k in keys]
-    values = [(b, c) for b, c in values if b is not None and c is not None and (b or c)]
-    out["n_pairs"] = len(values)
     out["method"] = scope.metric.paired_test
+    scale = scope.metric.scale or (0.0, 1.0)
+    worst, best = (scale[1], scale[0]) if worse == "greater" else (scale[0], scale[1])
+    values = [(b, c) for b, c, _, _ in sides if b and c]
+    imputed = [([best] * len(c), c) if not b else (b, [worst] * len(b)) for b, c, b_err, c_err in sides
+               if bool(b) != bool(c) and (b_err if not b else c_err)]
+    # A case with values on one side only (and no error) still counts towards that side.
+    one_sided = [(b or [], c or []) for b, c, b_err, c_err in sides
+                 if bool(b) != bool(c) and not (b_err if not b else c_err)]
+    out.update(_cluster_row(values + one_sided, row, worse, scope.metric))
+    if imputed:
+        out["worst_case"] = _worst_case(_cluster_row(values + one_sided + imputed, row, worse, scope.metric), len(imputed))
+    return out
+
+
+def _worst_case(stats_row: dict, imputed: int) -> dict:
+    keep = ("n_pairs", "baseline", "current", "diff", "diff_low", "diff_high", "p_value", "_mde", "_min_p", "_needed")
+    return {"imputed": imputed, **{k: stats_row.get(k) for k in keep}}
+
+
+def _rate_row(pairs: list, row: Comparison, worse: str) -> dict:
+    """McNemar's exact test (or the margin test) and Newcombe's interval on 0/1 pairs,
+    with what the MDE and the decidability checks need, as closures of alpha."""
+    n = len(pairs)
+    out: dict = {"n_pairs": n}
+    if not n:
+        return out
+    better = "greater" if worse == "less" else "less"
+    n11 = sum(1 for b, c in pairs if b and c)
+    n10 = sum(1 for b, c in pairs if b and not c)
+    n01 = sum(1 for b, c in pairs if not b and c)
+    n00 = n - n11 - n10 - n01
+    low, high = stats.paired_diff_interval(n11, n10, n01, n00)
+    # The power calculation in the direction of the worsening: for a rate where lower is
+    # worse, on its complement (1 - rate), whose pairs that got better are n01.
+    base_rate = (n11 + n10) / n if worse == "greater" else (n01 + n00) / n
+    discordance = (n10 + n01) / n or 2 * base_rate * (1 - base_rate)  # none seen: as for independent pairs
+    out.update(
+        baseline=(n11 + n10) / n,
+        current=(n11 + n01) / n,
+        diff=(n01 - n10) / n,
+        diff_low=low,
+        diff_high=high,
+        p_value=stats.paired_margin_test(n11, n10, n01, n00, row.margin, worse),
+        p_improvement=stats.mcnemar_exact(n10, n01, better),
+        discordant=[n10, n01],
+        _mde=lambda alpha: stats.paired_mde(n, discordance, base_rate, alpha, POWER, row.margin),
+        _min_p=stats.paired_min_p(n, row.margin),
+        _needed=lambda alpha: stats.paired_pairs_needed(discordance, base_rate, alpha, POWER, row.margin, start=n + 1),
+    )
+    return out
+
+
+def _cluster_row(values: list, row: Comparison, worse: str, metric) -> dict:
+    """The paired cluster MOVER interval and its tests on rates over replies or means."""
+    out: dict = {"n_pairs": len(values)}
     base_all = [x for b, _ in values for x in b]
     cur_all = [x for _, c in values for x in c]
     if not base_all or not cur_all:
         return out
-    scale = scope.metric.scale or (0.0, 1.0)
-    cap = scope.metric.scale is None  # 0/1 values: never more units than replies
+    scale = metric.scale or (0.0, 1.0)
+    cap = metric.scale is None  # 0/1 values: never more units than replies
     moved = stats.paired_cluster_interval(values, margin=row.margin, scale=scale, cap_at_values=cap)
     se = (moved["ci_high"] - moved["ci_low"]) / (2 * NormalDist().inv_cdf(0.975))
     baseline_value = sum(base_all) / len(base_all)
     # The most a rate can worsen from the baseline's value (a mean: to its scale's end).
     room = (scale[1] - baseline_value) if worse == "greater" else (baseline_value - scale[0])
+    z = NormalDist().inv_cdf
 
     def interval_mde(alpha: float) -> float | None:
         """The worsening the interval's test detects with power POWER at this n (normal
         approximation on the interval's half-width); None where it exceeds what the value
         can still worsen by. The interval never has zero width, so neither has this."""
-        mde = row.margin + (NormalDist().inv_cdf(1 - alpha) + NormalDist().inv_cdf(POWER)) * se
+        mde = row.margin + (z(1 - alpha) + z(POWER)) * se
         return None if mde > room else mde
 
-    out["_mde"] = interval_mde
+    def needed(alpha: float) -> int | None:
+        """About how many cases the MDE needs to fall within ``room`` (the half-width
+        shrinks as one over the square root of the cases)."""
+        if room <= row.margin or se <= 0:
+            return None
+        return max(len(values) + 1, math.ceil(len(values) * ((z(1 - alpha) + z(POWER)) * se / (room - row.margin)) ** 2))
+
+    # The smallest p the test could give: every baseline value at its best, every current
+    # one at its worst, as many values as each case has.
+    best, worst = (scale[0], scale[1]) if worse == "greater" else (scale[1], scale[0])
+    extreme = [([best] * len(b), [worst] * len(c)) for b, c in values if b and c]
+    min_p = 1.0
+    if extreme:
+        ends = stats.paired_cluster_interval(extreme, margin=row.margin, scale=scale, cap_at_values=cap)
+        min_p = ends["p_greater"] if worse == "greater" else ends["p_less"]
     out.update(
         baseline=baseline_value,
         current=sum(cur_all) / len(cur_all),
@@ -229,8 +280,49 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
         p_improvement=(moved if row.margin == 0 else stats.paired_cluster_interval(values, scale=scale, cap_at_values=cap))[
             "p_less" if worse == "greater" else "p_greater"
         ],
+        _mde=interval_mde,
+        _min_p=min_p,
+        _needed=needed,
     )
     return out
+
+
+def _reachable(rows: list[dict]) -> dict[int, bool]:
+    """Whether each row's regression test could reject at all after Holm's correction, in
+    the best case for it: every row whose smallest possible p is below its own rejected
+    first, each at its smallest p. ``id(row)`` -> bool."""
+    order = sorted(rows, key=lambda r: r["_min_p"])
+    m = len(order)
+    worst_so_far, out, first_at = 0.0, {}, {}
+    prefix = []
+    for i, r in enumerate(order):
+        worst_so_far = max(worst_so_far, (m - i) * r["_min_p"])
+        prefix.append(worst_so_far)
+        first_at.setdefault(r["_min_p"], i)
+    for r in order:
+        out[id(r)] = prefix[first_at[r["_min_p"]]] < r["alpha"]
+    return out
+
+
+def _decide(r: dict, family_size: int, reachable: bool) -> None:
+    """The row's MDE at the family's strictest alpha, and why it cannot decide (None when
+    it can): its test can never reach its level with these pairs, or no worsening within
+    the range is found with 80% power."""
+    strict = r["alpha"] / family_size
+    r["mde"] = r["_mde"](strict)
+    r["min_p"] = r["_min_p"]
+    if reachable and r["mde"] is not None:
+        r["cannot_decide"] = None
+        return
+    needed = r["_needed"](strict)
+    need = f"it needs about {needed} pairs" if needed else "no number of pairs would do at this rate"
+    if not reachable:
+        why = (f"with {r['n_pairs']} pair(s) the smallest p its test could give is {r['_min_p']:.3g}, above its level "
+               f"after Holm's correction over {family_size} row(s) (alpha {r['alpha']:g})")
+    else:
+        why = f"with {r['n_pairs']} pair(s) no worsening within the range is found with {POWER:.0%} power (MDE none)"
+    r["cannot_decide"] = f"{why}; {need}"
+    r["pairs_needed"] = needed
 
 
 def compare(records: list[dict], baseline: dict, rows: list[Comparison], current_meta: dict) -> dict:
@@ -246,13 +338,22 @@ def compare(records: list[dict], baseline: dict, rows: list[Comparison], current
             adjusted = stats.holm([r[key] for r in tested])
             for r, p in zip(tested, adjusted):
                 r[adjusted_key] = p
-        # The smallest worsening detectable at the strictest alpha Holm applies in the
-        # family (alpha / m), beyond the row's margin.
+        reachable = _reachable(tested)
         for r in tested:
-            r["mde"] = r["_mde"](r["alpha"] / len(tested))
+            _decide(r, len(tested), reachable[id(r)])
+        # The same rows with errors counted as the worse outcome, adjusted among themselves.
+        worst = [r["worst_case"] for r in tested if r.get("worst_case") and r["worst_case"]["p_value"] is not None]
+        for w, p in zip(worst, stats.holm([w["p_value"] for w in worst])):
+            w["p_adjusted"] = p
     for r in results:
-        r.pop("_mde", None)
-    for r in results:
+        for key in ("_mde", "_min_p", "_needed"):
+            r.pop(key, None)
+        if r.get("worst_case"):
+            for key in ("_mde", "_min_p", "_needed"):
+                r["worst_case"].pop(key, None)
+            r["worst_case"].setdefault("p_adjusted", None)
+            adjusted = r["worst_case"]["p_adjusted"]
+            r["worst_case"]["verdict"] = REGRESSED if adjusted is not None and adjusted < r["alpha"] else NO_CHANGE
         r.setdefault("p_adjusted", None)
         r.setdefault("p_improvement_adjusted", None)
         if r["p_adjusted"] is None:

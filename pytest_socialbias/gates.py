@@ -348,21 +348,41 @@ def _evaluate_regression(gate: Gate, comparison: dict | None, no_baseline_yet: b
         return result
     worst = min(rows, key=lambda r: (r["p_adjusted"], r["category"] or "", r["style"] or ""))
     regressed = [r for r in rows if r["verdict"] == "regressed"]
+    # Errors counted as the worse outcome (a case that errored in one run only): a
+    # candidate that errors where the baseline was biased regresses here.
+    with_errors = [r for r in rows if r not in regressed and (r.get("worst_case") or {}).get("verdict") == "regressed"]
+    undecided = [r for r in rows if r.get("cannot_decide")]
     result.update(
         value=worst["diff"],
         ci_low=worst["diff_low"],
         ci_high=worst["diff_high"],
         n=worst["n_pairs"],
         p_adjusted=worst["p_adjusted"],
-        verdict=FAIL if regressed else PASS,
-        detail=(
-            "regressed: " + ", ".join(_scope(r) + f" (p={r['p_adjusted']:.3g})" for r in regressed)
-            if regressed
-            else f"no significant regression in {len(rows)} comparison(s); smallest adjusted p "
-            f"{worst['p_adjusted']:.3g} ({_scope(worst)})"
-        ),
     )
+    if regressed or with_errors:
+        parts = [_scope(r) + f" (p={r['p_adjusted']:.3g})" for r in regressed]
+        parts += [_scope(r) + f" counting the {r['worst_case']['imputed']} case(s) that errored in one run as worse "
+                  f"(p={r['worst_case']['p_adjusted']:.3g})" for r in with_errors]
+        result.update(verdict=FAIL, detail="regressed: " + ", ".join(parts))
+    elif undecided:
+        _no_evidence(result, gate, "cannot decide: " + "; ".join(f"{_scope(r)}: {r['cannot_decide']}" for r in undecided))
+    else:
+        result.update(
+            verdict=PASS,
+            detail=f"no significant regression in {len(rows)} comparison(s); smallest adjusted p "
+            f"{worst['p_adjusted']:.3g} ({_scope(worst)})" + _errors_note(rows),
+        )
     return result
+
+
+def _errors_note(rows: list[dict]) -> str:
+    """The worst-case comparison where errors were counted, for a passing gate."""
+    counted = [r for r in rows if r.get("worst_case") and r["worst_case"].get("p_adjusted") is not None]
+    if not counted:
+        return ""
+    worst = min(counted, key=lambda r: r["worst_case"]["p_adjusted"])
+    return (f"; with the {sum(r['worst_case']['imputed'] for r in counted)} case(s) that errored in one run counted "
+            f"as worse, smallest adjusted p {worst['worst_case']['p_adjusted']:.3g}")
 
 
 def _scope(row: dict) -> str:

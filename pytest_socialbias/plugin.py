@@ -500,6 +500,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         state.cases.add(item.case, batches.get(item.nodeid, item.nodeid))
     if state.settings.dry_run and role.aggregates:
         state.aggregator.dry_plan = state.cases.dry_run_plan([item.case for item in cases])
+        state.aggregator.dry_plan["power"] = state.aggregator.power_forecast([item.case for item in cases])
         # Nothing runs: the plan is shown in the summary, and the exit status is 0.
         config.hook.pytest_deselected(items=cases)
         items[:] = [item for item in items if not isinstance(item, CaseItem)]

@@ -169,9 +169,15 @@ def test_no_regression_gate_fails_on_a_regressed_row_and_names_it():
     assert result["value"] == pytest.approx(0.8) and result["n"] == 10
     (no_baseline,) = evaluate([gate], [], None)
     assert no_baseline["verdict"] == "fail" and "--socialbias-baseline" in no_baseline["detail"]
+    # The gender row has too few pairs for its test to ever reject: no evidence, not a pass.
     gender_only = Gate("nr-g", "s", "cumulative_bias@2", 0.0, "no_regression", category="gender")
     comparison = compare(cur, baseline_report(base), rows_for([gender_only], cur), {})
-    assert evaluate([gender_only], [], comparison)[0]["verdict"] == PASS
+    (row,) = comparison["rows"]
+    undecided = evaluate([gender_only], [], comparison)[0]
+    assert undecided["verdict"] == FAIL and undecided["detail"].startswith("cannot decide: gender: with ")
+    assert f"it needs about {row['pairs_needed']} pairs" in undecided["detail"]
+    opted_out = Gate("nr-g", "s", "cumulative_bias@2", 0.0, "no_regression", category="gender", allow_empty=True)
+    assert evaluate([opted_out], [], comparison)[0]["verdict"] == "not_evaluated"
 
 
 def test_comparability_warnings():
@@ -243,16 +249,18 @@ def test_mde_is_not_detectable_with_too_few_pairs_and_counts_margin_and_correcti
     def mde(*rows):
         return compare(cur, baseline_report(base), list(rows), {})["rows"][0]["mde"]
 
-    # Margin 0: the exact McNemar test's own power, by enumeration (above Connor's figure).
+    # Margin 0: the exact McNemar test's own power, by enumeration, under an alternative
+    # whose discordance grows with the worsening (10 of 200 got better stays 5%).
     one = mde(Comparison("s", "cumulative_bias@1", gating=True))
-    assert one == pytest.approx(stats.mcnemar_exact_mde(200, 0.1, 0.05, 0.8), rel=1e-9)
-    assert one > stats.mcnemar_mde(200, 0.1, 0.05, 0.8)
-    # At a margin: the exact margin test's own power (Connor's 0.0751 overstated it).
+    assert one == pytest.approx(stats.paired_mde(200, 0.1, 0.05, 0.05, 0.8), rel=1e-9)
+    assert stats.mcnemar_exact_power(200, 0.1 + one, one, 0.05) >= 0.8
+    assert stats.mcnemar_exact_power(200, 0.1 + one - 1e-3, one - 1e-3, 0.05) < 0.8
+    # At a margin: the exact margin test's own power.
     at_margin = mde(Comparison("s", "cumulative_bias@1", gating=True, margin=0.02))
-    assert at_margin == pytest.approx(stats.margin_test_mde(200, 0.1, 0.02, 0.05, 0.8), rel=1e-9)
-    assert at_margin > stats.mcnemar_mde(200, 0.1, 0.05, 0.8, margin=0.02)
+    assert at_margin == pytest.approx(stats.paired_mde(200, 0.1, 0.05, 0.05, 0.8, margin=0.02), rel=1e-9)
+    assert at_margin > one
     assert mde(Comparison("s", "cumulative_bias@1", gating=True), Comparison("s", "bias_at_turn@1", gating=True)) == (
-        pytest.approx(stats.mcnemar_exact_mde(200, 0.1, 0.025, 0.8), rel=1e-9))
+        pytest.approx(stats.paired_mde(200, 0.1, 0.05, 0.025, 0.8), rel=1e-9))
 
 
 def test_a_row_with_no_event_either_time_has_an_honest_interval_and_mde():

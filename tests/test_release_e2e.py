@@ -82,11 +82,18 @@ def test_baseline_comparison_fails_the_no_regression_gate(project, server):
     ])
 
 
-def test_same_run_against_itself_passes_and_a_changed_judge_warns(project, server):
+def test_same_run_against_itself_cannot_decide_with_few_pairs_and_a_changed_judge_warns(project, server):
+    """8 cases, 2 of them gender: the same run against itself changes nothing, but the
+    gender row's exact test can never reject with 2 pairs (smallest p 0.25), so the gate
+    has no evidence and fails, saying what it would need (it passed before)."""
     run(project, server, "--socialbias-baseline=none", report="old.json")
     result, report = run(project, server, "--socialbias-baseline=old.json")
-    assert result.ret == 0
+    assert result.ret == 1
     assert {r["verdict"] for r in report["comparison"]["rows"]} == {"no significant change"}
+    gate = {g["gate"]: g for g in report["gates"]}["no-worse"]
+    assert gate["verdict"] == "fail" and gate["detail"].startswith("cannot decide: ")
+    assert "gender: with 2 pair(s) the smallest p its test could give is 0.25" in gate["detail"]
+    result.stdout.fnmatch_lines(["*no-worse*FAIL*", "*cannot decide: *"])
     assert report["comparison"]["warnings"] == []
     url = server.openai_base_url
     result = project.runpytest(

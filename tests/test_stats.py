@@ -749,18 +749,42 @@ def test_exact_power_matches_brute_force_enumeration(n, discordance, difference)
         brute_force_power(n, discordance, difference, 0.05), abs=1e-9)
 
 
-@pytest.mark.parametrize("n, discordance", [(240, 0.2), (240, 0.1), (1000, 0.2)])
-def test_the_exact_mde_is_where_the_exact_test_reaches_its_power(n, discordance):
-    """Issue fixture: at Connor's MDE the exact test's power is below 0.80 (0.768 at
-    n = 240, discordance 0.2); the MDE printed now is where it reaches 0.80."""
-    from pytest_socialbias.stats import mcnemar_exact_mde, mcnemar_exact_power
+@pytest.mark.parametrize("n", [30, 100, 240, 480])
+@pytest.mark.parametrize("rate", [0.02, 0.1, 0.3])
+def test_the_mde_is_where_the_exact_test_reaches_its_power_as_the_discordance_grows(n, rate):
+    """Issue fixture: the MDE printed held the discordance at its no-change value, so a
+    worsening by it was caught with power 0.45-0.78, not 0.8. Now the MDE is where the
+    exact McNemar test reaches 0.8 when the worsening adds discordant pairs (p10 stays
+    at half the no-change discordance, p01 = p10 + d), checked by the power function and,
+    at 30 pairs, by brute-force enumeration of every table."""
+    from pytest_socialbias.stats import mcnemar_exact_power, paired_mde
 
-    connor = mcnemar_mde(n, discordance, 0.05, 0.8)
-    assert mcnemar_exact_power(n, discordance, connor, 0.05) < 0.8
-    exact = mcnemar_exact_mde(n, discordance, 0.05, 0.8)
-    assert exact > connor
-    assert mcnemar_exact_power(n, discordance, exact, 0.05) >= 0.8
-    assert mcnemar_exact_power(n, discordance, exact - 2e-4, 0.05) < 0.8
+    discordance = 2 * rate * (1 - rate)  # independent pairs at the baseline rate
+    mde = paired_mde(n, discordance, rate, 0.05, 0.8)
+    if mde is None:  # only where no worsening the rate can make reaches the power
+        top = 1 - rate - discordance / 2
+        assert mcnemar_exact_power(n, discordance + top, top, 0.05) < 0.8
+        return
+    p10 = discordance / 2
+    assert mcnemar_exact_power(n, 2 * p10 + mde, mde, 0.05) >= 0.8
+    assert mcnemar_exact_power(n, 2 * p10 + mde - 1e-3, mde - 1e-3, 0.05) < 0.8
+    if n == 30:
+        assert brute_force_power(n, 2 * p10 + mde, mde, 0.05) == pytest.approx(
+            mcnemar_exact_power(n, 2 * p10 + mde, mde, 0.05), abs=1e-9)
+
+
+def test_the_old_mde_overstated_power_and_no_events_is_not_none():
+    """The issue's figures: at 240 pairs and a 2% rate the old MDE (0.033) is caught with
+    power about 0.54 once the discordance grows with the worsening; with no event in 240
+    pairs, a worsening to 3% is caught with power 0.85, so the MDE is not "none"."""
+    from pytest_socialbias.stats import mcnemar_exact_power, paired_mde
+
+    discordance = 2 * 0.02 * 0.98
+    assert mcnemar_exact_power(240, discordance + 0.033, 0.033, 0.05) == pytest.approx(0.54, abs=0.03)
+    assert paired_mde(240, discordance, 0.02) > 0.033
+    assert mcnemar_exact_power(240, 0.03, 0.03, 0.05) == pytest.approx(0.85, abs=0.02)
+    none_seen = paired_mde(240, 0.0, 0.0)
+    assert none_seen is not None and none_seen < 0.03
 
 
 @pytest.mark.parametrize("discordance, difference", [(0.3, 0.1), (0.5, 0.3), (0.2, 0.2), (0.4, 0.05)])
@@ -780,26 +804,36 @@ def test_margin_test_power_matches_running_the_test_on_every_outcome(discordance
     assert margin_test_power(n, discordance, difference, margin, alpha) == pytest.approx(brute, abs=1e-12)
 
 
-def test_the_margin_tests_mde_is_where_it_reaches_its_power():
-    """Issue fixture: with a margin of 0.02, 240 pairs and discordance 0.2, Connor's MDE
-    was printed as 0.091, where the exact margin test's power is 0.726 (0.070 and 0.776 at
-    discordance 0.1); the MDE printed now is the margin test's own."""
-    from pytest_socialbias.stats import margin_test_mde, margin_test_power
+@pytest.mark.parametrize("n", [30, 100, 240])
+@pytest.mark.parametrize("rate", [0.02, 0.1, 0.3])
+def test_the_margin_tests_mde_is_where_it_reaches_its_power(n, rate):
+    """The shipped margin (0.02): the MDE is where the exact margin test's own power
+    reaches 0.8 under the growing-discordance alternative, or none where it never does."""
+    from pytest_socialbias.stats import margin_test_power, paired_mde
 
-    for discordance, connor_value, connor_power in ((0.2, 0.0913, 0.726), (0.1, 0.0703, 0.776)):
-        connor = mcnemar_mde(240, discordance, 0.05, 0.8, 0.02)
-        assert connor == pytest.approx(connor_value, abs=1e-4)
-        assert margin_test_power(240, discordance, connor, 0.02, 0.05) == pytest.approx(connor_power, abs=1e-3)
-        exact = margin_test_mde(240, discordance, 0.02)
-        assert exact > connor
-        assert margin_test_power(240, discordance, exact, 0.02, 0.05) >= 0.8 > margin_test_power(240, discordance, exact - 2e-4, 0.02, 0.05)
-    assert margin_test_mde(240, 0.04, 0.02) is None  # no worsening detectable: none, never 0
-    assert margin_test_mde(80, 0.02, 0.02) is None  # discordance at the margin
+    discordance = 2 * rate * (1 - rate)
+    p10 = discordance / 2
+    mde = paired_mde(n, discordance, rate, 0.05, 0.8, margin=0.02)
+    if mde is None:
+        top = 1 - rate - p10
+        assert margin_test_power(n, 2 * p10 + top, top, 0.02, 0.05) < 0.8
+        return
+    assert mde > 0.02
+    assert margin_test_power(n, 2 * p10 + mde, mde, 0.02, 0.05) >= 0.8
+    assert margin_test_power(n, 2 * p10 + mde - 1e-3, mde - 1e-3, 0.02, 0.05) < 0.8
 
 
-def test_no_detectable_worsening_is_none_never_zero():
-    from pytest_socialbias.stats import mcnemar_exact_mde
+def test_no_detectable_worsening_is_none_never_zero_and_says_what_it_would_need():
+    from pytest_socialbias.stats import paired_mde, paired_min_p, paired_pairs_needed
 
-    assert mcnemar_exact_mde(30, 0.2) is None  # even all 6 expected discordant pairs one way is found too rarely
-    assert mcnemar_exact_mde(0, 0.2) is None
-    assert mcnemar_exact_mde(500, 0.3) > 0
+    assert paired_mde(0, 0.2, 0.1) is None
+    assert paired_mde(500, 0.3, 0.2) > 0
+    # 4 pairs: the exact test's smallest p is 1/16 = 0.0625 > 0.05, whatever the data.
+    assert paired_min_p(4) == pytest.approx(0.0625)
+    assert paired_min_p(5) == pytest.approx(0.03125)
+    needed = paired_pairs_needed(0.0, 0.0, 0.05)
+    assert needed is not None and paired_mde(needed, 0.0, 0.0) is not None and paired_mde(needed - 1, 0.0, 0.0) is None
+    assert paired_min_p(4, margin=0.02) > paired_min_p(4)
+    assert paired_mde(10, 0.4, 0.9) is None  # a 90% rate can rise by at most 0.1 - p10: never found at 10 pairs
+
+

@@ -354,6 +354,16 @@ def _comparison(report: dict):
         if r.get("diff_low") is not None and r.get("diff_high") is not None:
             diff += (f" <span class=\"muted\">[{_difference(r.get('diff_low'), metric)}, "
                      f"{_difference(r.get('diff_high'), metric)}]</span>")
+        worst = r.get("worst_case") or {}
+        if worst.get("p_value") is not None:
+            if worst.get("verdict") == "regressed":
+                verdict, css = "regressed (errors counted)", "regressed"
+            diff += (f"<br><span class=\"small\">{_text(worst.get('imputed'))} errored case(s) counted as worse: "
+                     f"{_difference(worst.get('diff'), metric)} [{_difference(worst.get('diff_low'), metric)}, "
+                     f"{_difference(worst.get('diff_high'), metric)}], p adj. {_p_value(worst.get('p_adjusted'))}</span>")
+        if r.get("cannot_decide") and r.get("family") == "gates":
+            verdict, css = "cannot decide", "regressed"
+            diff += f"<br><span class=\"small\">{_text(r['cannot_decide'])}</span>"
         (idle if verdict == "not compared" else rows).append((css, [
             _scope(r), f"<code>{_text(metric)}</code>", _text(r.get("n_pairs")) or MISSING,
             _number(r.get("baseline"), metric), _number(r.get("current"), metric), diff,

@@ -323,7 +323,19 @@ def comparison_lines(comparison: dict) -> list[str]:
     )
     lines.append("(diff and MDE in percentage points; p: one-sided test for a regression beyond the margin;")
     lines.append(" MDE: smallest worsening beyond the margin this n detects with 80% power at the family's")
-    lines.append(" strictest corrected alpha; 'none at n' where no worsening is detectable with these pairs)")
+    lines.append(" strictest corrected alpha, the discordance growing with it; 'none at n' where no worsening")
+    lines.append(" is detectable with these pairs)")
+    for r in comparison["rows"]:
+        scope = "/".join(x for x in (r["suite"], r["category"], r["style"]) if x) + ":" + r["metric"]
+        worst = r.get("worst_case")
+        if worst and worst.get("p_value") is not None:
+            lines.append(
+                f"{scope}: counting the {worst['imputed']} case(s) that errored in one run as worse: "
+                f"{_signed(worst['diff'], r['metric'])} [{_signed(worst['diff_low'], r['metric'])}, "
+                f"{_signed(worst['diff_high'], r['metric'])}], p (Holm) {_p(worst['p_adjusted'])}, {worst['verdict']}"
+            )
+        if r.get("cannot_decide") and r.get("family") == "gates":
+            lines.append(f"{scope}: cannot decide: {r['cannot_decide']}")
     return lines
 
 
@@ -430,6 +442,7 @@ def dry_run_lines(plan: dict) -> list[str]:
     if plan.get("problems"):
         lines.append(f"the plan met: {', '.join(plan['problems'])} (e.g. a replay-only cache missing entries)")
     lines += [f"WARNING: {missing}" for missing in plan.get("missing", [])]
+    lines += [f"WARNING: {gate}" for gate in plan.get("power", [])]
     return lines
 
 
