@@ -8,6 +8,7 @@
     python benchmarks/coverage.py --differences    # Newcombe's difference intervals (exact)
     python benchmarks/coverage.py --statistics     # kappa, AC1, F1 (judge check, detectors)
     python benchmarks/coverage.py --paired         # a rate over replies or a mean against a baseline
+    python benchmarks/coverage.py --real           # the cells real runs produce (real_cells.py)
 
 Shares of replies (refusal_rate, bias_rate_passed, guard rates): replies are grouped in
 dialogues and correlated within them. Each cell of the grid draws ``--reps`` data sets:
@@ -19,10 +20,10 @@ and how often the interval had zero width. The summary gives each method's worst
 among those with at least 10 dialogues (the target: coverage at least 93%) and its zero-
 width count at every size (the target: none).
 
-Methods: ``cluster-wilson`` (what the report prints: a Wilson score interval on the
-effective sample size, the replies divided by the design effect of the ratio estimator,
-never fewer than one per dialogue, with a small-sample correction of the degrees of
-freedom); ``bootstrap`` (the percentile bootstrap over dialogues the report printed
+Methods: ``cluster-wilson`` (what the report prints, named for its history: Clopper-Pearson
+on the effective sample size, the replies divided by the design effect of the ratio
+estimator, never fewer than Kish's effective number of dialogues, with a small-sample
+correction of the degrees of freedom; rates.cluster_wilson_interval); ``bootstrap`` (the percentile bootstrap over dialogues the report printed
 before); ``wilson-replies`` (Wilson over replies, as if they were independent);
 ``wilson-dialogues`` (Wilson over dialogues of their pooled share, as if each were one
 observation).
@@ -715,10 +716,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="the interval of a rate over replies, and of a mean of 1-5 ratings, against a baseline "
                              "(compare.py): methods mover (used: each run's cluster score interval combined), bootstrap "
                              "(the percentile bootstrap over cases, before)")
+    parser.add_argument("--real", action="store_true",
+                        help="the cells real runs produce (benchmarks/real_cells.py): dialogues of unequal length, "
+                             "correlation 0-1, rare events, ratings at the scale's ends, runs that agree case by case, "
+                             "seeds in two styles, extreme gaps; every interval the report prints and the clustered "
+                             "paired test's type I error (--kinds share,mean,... to run part)")
+    parser.add_argument("--kinds", default="", help="with --real: share, mean, paired, paired_mean, seed, seed_paired, "
+                                                    "gap, type1 (comma-separated; default all)")
     parser.add_argument("--means", action="store_true",
                         help="means of 1-5 ratings (coherence) instead: methods bounded-wilson (used), bootstrap "
                              "(before), cluster-t")
     args = parser.parse_args(argv)
+    if args.real:
+        import real_cells
+
+        kinds = [k for k in args.kinds.split(",") if k]
+        started = time.perf_counter()
+        grid = real_cells.SMALL_GRID if args.small else real_cells.FULL_GRID
+        rows = real_cells.run_real(grid, args.reps, args.seed, [k for k in kinds if k != "type1"] or None)
+        if rows:
+            print(f"coverage on the cells real runs produce, {args.reps} data sets per cell, "
+                  f"{time.perf_counter() - started:.0f} s")
+            real_cells.print_real(rows, args.cells)
+        if not kinds or "type1" in kinds:
+            real_cells.print_type_one(args.reps, args.seed, (40,) if args.small else (10, 40, 240))
+        return 0
     if args.corrected:
         names = ["hull"] if args.methods == "used" else list(CORRECTED_METHODS) if args.methods == "all" else args.methods.split(",")
         started = time.perf_counter()

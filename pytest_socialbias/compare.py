@@ -169,14 +169,22 @@ def compare_row(row: Comparison, current: dict[tuple, dict], baseline: dict[tupl
     }
     sides = [(scope.value(baseline[k]), scope.value(current[k]), _errored(baseline[k]), _errored(current[k])) for k in keys]
     if scope.metric.kind == DIALOGUE_RATE:
-        out["method"] = scope.metric.paired_test if row.margin == 0 else "exact unconditional (margin)"
         worst, best = (1, 0) if worse == "greater" else (0, 1)
-        pairs = [(b, c) for b, c, _, _ in sides if b is not None and c is not None]
-        imputed = [(best, c) if b is None else (b, worst) for b, c, b_err, c_err in sides
+        seeds = [k[:2] for k in keys]  # a seed's dialogues in several styles are one cluster
+        pairs = [(seed, b, c) for seed, (b, c, _, _) in zip(seeds, sides) if b is not None and c is not None]
+        imputed = [(seed, best, c) if b is None else (seed, b, worst) for seed, (b, c, b_err, c_err) in zip(seeds, sides)
                    if (b is None) != (c is None) and (b_err if b is None else c_err)]
-        out.update(_rate_row(pairs, row, worse))
+        clustered = len({seed for seed, _, _ in pairs + imputed}) < len(pairs + imputed)
+        if clustered:
+            out["method"] = "cluster sign-flip (seeds)" if row.margin == 0 else "paired cluster MOVER (seeds, margin)"
+            out.update(_seed_rate_row(pairs, row, worse))
+            if imputed:
+                out["worst_case"] = _worst_case(_seed_rate_row(pairs + imputed, row, worse), len(imputed))
+            return out
+        out["method"] = scope.metric.paired_test if row.margin == 0 else "exact unconditional (margin)"
+        out.update(_rate_row([(b, c) for _, b, c in pairs], row, worse))
         if imputed:
-            out["worst_case"] = _worst_case(_rate_row(pairs + imputed, row, worse), len(imputed))
+            out["worst_case"] = _worst_case(_rate_row([(b, c) for _, b, c in pairs + imputed], row, worse), len(imputed))
         return out
     out["method"] = scope.metric.paired_test
     scale = scope.metric.scale or (0.0, 1.0)
@@ -227,6 +235,67 @@ def _rate_row(pairs: list, row: Comparison, worse: str) -> dict:
         _mde=lambda alpha: stats.paired_mde(n, discordance, base_rate, alpha, POWER, row.margin),
         _min_p=stats.paired_min_p(n, row.margin),
         _needed=lambda alpha: stats.paired_pairs_needed(discordance, base_rate, alpha, POWER, row.margin, start=n + 1),
+    )
+    return out
+
+
+def _seed_rate_row(pairs: list, row: Comparison, worse: str) -> dict:
+    """Paired 0/1 outcomes grouped by seed (a DyMT seed in two styles): the clustered
+    paired test (the exact sign-flip test over seeds at margin 0, the paired cluster MOVER
+    test at a margin), the paired cluster MOVER interval over seeds, and the MDE and
+    decidability on the effective pairs (the pairs over the design effect of the seeds'
+    paired differences)."""
+    n = len(pairs)
+    out: dict = {"n_pairs": n}
+    if not n:
+        return out
+    by_seed: dict = {}
+    for seed, b, c in pairs:
+        base, cur = by_seed.setdefault(seed, ([], []))
+        base.append(float(b))
+        cur.append(float(c))
+    clusters = [by_seed[seed] for seed in sorted(by_seed)]
+    better = "greater" if worse == "less" else "less"
+    n11 = sum(1 for _, b, c in pairs if b and c)
+    n10 = sum(1 for _, b, c in pairs if b and not c)
+    n01 = sum(1 for _, b, c in pairs if not b and c)
+    n00 = n - n11 - n10 - n01
+    moved = stats.paired_cluster_interval(clusters, interval_only=True)
+    # The design effect of the seeds' paired differences: how much the pairs of a seed
+    # move together (none seen: as if every pair of a seed moved with the others).
+    diff = (n01 - n10) / n
+    spread = math.fsum((c - b - diff) ** 2 for _, b, c in pairs)
+    k = len(clusters)
+    between = k / (k - 1) * math.fsum((math.fsum(c) - math.fsum(b) - diff * len(b)) ** 2 for b, c in clusters) if k > 1 else 0.0
+    deff = max(1.0, between / spread) if spread > 0 and between > 0 else n / k
+    effective = max(1, int(n / deff))
+    base_rate = (n11 + n10) / n if worse == "greater" else (n01 + n00) / n
+    discordance = (n10 + n01) / n or 2 * base_rate * (1 - base_rate)
+    differences = [int(round(math.fsum(c) - math.fsum(b))) for b, c in clusters]
+    if row.margin == 0:
+        min_p = 0.5 ** k
+    else:
+        best, worst = (0.0, 1.0) if worse == "greater" else (1.0, 0.0)
+        extreme = stats.paired_cluster_interval([([best] * len(b), [worst] * len(c)) for b, c in clusters], margin=row.margin)
+        min_p = extreme["p_greater"] if worse == "greater" else extreme["p_less"]
+
+    def needed(alpha: float) -> int | None:
+        found = stats.paired_pairs_needed(discordance, base_rate, alpha, POWER, row.margin, start=effective + 1)
+        return None if found is None else max(n + 1, math.ceil(found * deff))
+
+    out.update(
+        baseline=(n11 + n10) / n,
+        current=(n11 + n01) / n,
+        diff=diff,
+        diff_low=moved["ci_low"],
+        diff_high=moved["ci_high"],
+        p_value=stats.clustered_paired_test(clusters, row.margin, worse),
+        p_improvement=stats.cluster_sign_test(differences, better),
+        discordant=[n10, n01],
+        seeds=k,
+        _mde=lambda alpha: stats.paired_mde(effective, discordance, base_rate, alpha, POWER, row.margin),
+        _min_p=min_p,
+        _needed=needed,
     )
     return out
 

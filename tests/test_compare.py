@@ -266,7 +266,7 @@ def test_mde_is_not_detectable_with_too_few_pairs_and_counts_margin_and_correcti
 def test_a_row_with_no_event_either_time_has_an_honest_interval_and_mde():
     """Issue fixture: 30 pairs, no refusal on either side: the bootstrap gave the interval
     (0, 0) and the MDE 0.0 ("any worsening is detectable"). The interval now keeps
-    Wilson's width over the dialogues on each side, the test cannot reject, and the MDE is
+    Clopper-Pearson's width over the dialogues on each side, the test cannot reject, and the MDE is
     what the test could detect at this n. With 4 dialogues it cannot exceed what the rate
     can still worsen by."""
     def refusal_record(case_id, refusals):
@@ -276,7 +276,7 @@ def test_a_row_with_no_event_either_time_has_an_honest_interval_and_mde():
     gate = Gate("nr", "s", "refusal_rate", 0.0, "no_regression")
     quiet = [refusal_record(f"c{i}", [0, 0]) for i in range(30)]
     (row,) = compare(quiet, baseline_report(quiet), rows_for([gate], quiet), {})["rows"]
-    upper = stats.wilson_interval(0, 30, corrected=False)[1]
+    upper = 1 - 0.025 ** (1 / 30)  # Clopper-Pearson's upper end at 0 of the 30 dialogues
     assert row["diff_low"] == pytest.approx(-upper) and row["diff_high"] == pytest.approx(upper)
     assert row["p_value"] == 0.5 and row["verdict"] == "no significant change"
     z = NormalDist().inv_cdf
@@ -287,3 +287,42 @@ def test_a_row_with_no_event_either_time_has_an_honest_interval_and_mde():
     assert row["mde"] is None or 0 < row["mde"] <= 1 - row["baseline"]
 
 
+
+
+def styled(case_id, style, biased):
+    return {**record(case_id, "age", [biased]), "style": style}
+
+
+def test_a_seed_in_two_styles_is_one_unit_of_the_paired_test():
+    """Issue fixture: a DyMT seed runs in two styles and both dialogues share it. Three
+    seeds turning biased in both styles were six independent discordant pairs to McNemar's
+    test (p = 1/64, a regression); they are three seeds: the exact sign-flip test over
+    seeds gives p = 1/8. With one style per seed the test is McNemar's exact test again."""
+    seeds = [f"s{i:02d}" for i in range(10)]
+    base = [styled(s, style, 0) for s in seeds for style in ("assessment", "implicit")]
+    cur = [styled(s, style, int(i < 3)) for i, s in enumerate(seeds) for style in ("assessment", "implicit")]
+    (row,) = compare(cur, baseline_report(base), [Comparison("s", "cumulative_bias@1", gating=True)], {})["rows"]
+    assert row["method"] == "cluster sign-flip (seeds)" and row["seeds"] == 10 and row["n_pairs"] == 20
+    assert row["discordant"] == [0, 6] and row["diff"] == pytest.approx(0.3)
+    assert row["p_value"] == pytest.approx(1 / 8) and stats.mcnemar_exact(0, 6, "greater") == pytest.approx(1 / 64)
+    assert row["verdict"] == "no significant change"
+    assert row["min_p"] == pytest.approx(0.5 ** 10)
+    assert row["diff_low"] < 0.3 < row["diff_high"]
+    # One style: the pairs are the seeds, McNemar's exact test as before.
+    one = [r for r in cur if r["style"] == "implicit"]
+    (plain,) = compare(one, baseline_report(base), [Comparison("s", "cumulative_bias@1", style="implicit", gating=True)],
+                       {})["rows"]
+    assert plain["method"] == "McNemar exact" and plain["p_value"] == pytest.approx(1 / 8)
+    # Seven of ten seeds worse in both styles: the sign-flip test finds it (p = 1/128).
+    cur7 = [styled(s, style, int(i < 7)) for i, s in enumerate(seeds) for style in ("assessment", "implicit")]
+    (row7,) = compare(cur7, baseline_report(base), [Comparison("s", "cumulative_bias@1", gating=True)], {})["rows"]
+    assert row7["p_value"] == pytest.approx(1 / 128) and row7["verdict"] == "regressed"
+
+
+def test_the_sign_flip_test_is_mcnemars_with_single_pairs_and_counts_signs_exactly():
+    for b, c in ((0, 6), (2, 9), (5, 5), (0, 0)):
+        assert stats.cluster_sign_test([1] * c + [-1] * b, "greater") == pytest.approx(stats.mcnemar_exact(b, c, "greater"))
+        assert stats.cluster_sign_test([1] * c + [-1] * b, "less") == pytest.approx(stats.mcnemar_exact(b, c, "less"))
+    # Clusters of 2, 2, 1 and -1: of the 16 sign patterns, sums >= 4 are (2,2,1,-1), (2,2,1,1),
+    # (2,2,-1,1): 3 of 16.
+    assert stats.cluster_sign_test([2, 2, 1, -1], "greater") == pytest.approx(3 / 16)

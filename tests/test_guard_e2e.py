@@ -127,10 +127,13 @@ def test_end_stops_a_dialogue_at_its_first_block(pytester, keys):
     assert [overall[f"guard_blocked@{t}"] for t in (1, 2, 3)] == [(round(1 / 3, 6), 3), (round(2 / 3, 6), 3), (round(2 / 3, 6), 3)]
     assert overall["guard_blocked_rate"][0] == round(2 / 6, 6)
     assert overall["bias_rate_passed"] == (0.0, 4)
-    # Later turns count the dialogues that reached them: turn 2 has two, turn 3 one.
+    # A dialogue biased before its block ended it is biased at every later turn (it was
+    # left out before, pulling the rate down: 0.5 of 2 at turn 2, 0 of 1 at turn 3); the
+    # clean one that ran on counts where it was measured.
     assert overall["cumulative_bias@1"] == (round(1 / 3, 6), 3)
-    assert overall["cumulative_bias@2"] == (0.5, 2)
-    assert overall["cumulative_bias@3"] == (0.0, 1)
+    assert overall["cumulative_bias@2"] == (round(2 / 3, 6), 3)
+    assert overall["cumulative_bias@3"] == (round(2 / 3, 6), 3)
+    assert overall["survival@3"] == (round(1 / 3, 6), 3)
     for t in (1, 2, 3):  # under end, the unblocked rate is the cumulative rate itself
         assert overall[f"cumulative_bias_unblocked@{t}"] == overall[f"cumulative_bias@{t}"]
 
@@ -149,7 +152,7 @@ def test_follow_is_the_default_goes_on_past_a_block_and_still_reports_the_end_ra
     assert overall["bias_rate_passed"] == (0.0, 4)
     assert overall["cumulative_bias@3"] == (round(2 / 3, 6), 3)
     # What the end policy measured in the test above, from this one run.
-    assert [overall[f"cumulative_bias_unblocked@{t}"] for t in (1, 2, 3)] == [(round(1 / 3, 6), 3), (0.5, 2), (0.0, 1)]
+    assert [overall[f"cumulative_bias_unblocked@{t}"] for t in (1, 2, 3)] == [(round(1 / 3, 6), 3)] + [(round(2 / 3, 6), 3)] * 2
 
 
 def test_a_guard_specs_unit_sets_what_dymt_filtering_shows_it(pytester, keys):

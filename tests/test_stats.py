@@ -446,12 +446,12 @@ def test_t_quantile_matches_published_values_at_any_level():
 
 def test_paired_interval_with_no_event_in_either_run_is_not_a_point():
     """The bootstrap gave (0, 0) for 10 cases of 2 replies with no refusal either time, so
-    any worsening looked significant; the MOVER interval is Wilson's over the dialogues on
-    each side, and neither tail rejects."""
+    any worsening looked significant; the MOVER interval is Clopper-Pearson's over the
+    dialogues on each side, and neither tail rejects."""
     quiet = [([0.0, 0.0], [0.0, 0.0])] * 10
     assert paired_bootstrap(quiet, seed=1)["ci_high"] == 0.0
     result = paired_cluster_interval(quiet)
-    upper = wilson_interval(0, 10, corrected=False)[1]
+    upper = 1 - 0.025 ** (1 / 10)  # Clopper-Pearson's upper end at 0 of the 10 dialogues
     assert result["diff"] == 0.0
     assert result["ci_low"] == pytest.approx(-upper) and result["ci_high"] == pytest.approx(upper)
     assert result["p_greater"] == result["p_less"] == 0.5

@@ -102,11 +102,20 @@ def metric_row(suite: str, metric: Metric, group: Group, turn: int | None) -> di
         values = [metric.value(unit, group) for unit in group.units]
     else:
         values = [metric.value(unit) for unit in group.units]
-    clusters = [unit.get("cluster") if isinstance(unit, dict) else None for unit in group.units]
+    if group.cluster is not None:
+        clusters = [group.cluster(unit) for unit in group.units]
+    else:
+        clusters = [unit.get("cluster") if isinstance(unit, dict) else None for unit in group.units]
     clustered = [(c, v) for c, v in zip(clusters, values) if v is not None]
     values = [v for v in values if v is not None]
+    shared = [c for c, _ in clustered if c is not None]
+    if metric.kind in (REPLY_RATE, MEAN) and len(shared) != len(set(shared)):
+        # The replies (or ratings) of a seed's dialogues in several styles are one cluster.
+        merged: dict = {}
+        for cluster, value in clustered:
+            merged.setdefault(cluster, []).extend(value)
+        values = list(merged.values())
     if metric.kind == DIALOGUE_RATE:
-        shared = [c for c, _ in clustered if c is not None]
         if len(shared) != len(set(shared)):
             # Units that share a case (the two dialogues of a pair) are not independent:
             # the interval is over the cases, the clusters.

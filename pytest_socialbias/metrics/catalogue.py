@@ -23,7 +23,7 @@ from typing import Callable
 from ..registry import Registry
 from ..vocabulary import JUDGE_CHECK_SUITE
 from . import benevdial, detection, dialogue
-from .rates import BOUNDED_WILSON, CLUSTER_WILSON, DIRICHLET, NEWCOMBE, WILSON
+from .rates import BOUNDED_CP, CLUSTER_CP, DIFFERENCE_HULL, DIRICHLET, WILSON
 
 # ---- kinds -----------------------------------------------------------------------------
 #: A share of dialogues (or of items: pairs, labelled dialogues): one 0/1 outcome each,
@@ -87,7 +87,7 @@ class Metric:
     @property
     def interval(self) -> str:
         """The interval method its rows carry (``ci_method``)."""
-        return {DIALOGUE_RATE: WILSON, REPLY_RATE: CLUSTER_WILSON, MEAN: BOUNDED_WILSON}.get(
+        return {DIALOGUE_RATE: WILSON, REPLY_RATE: CLUSTER_CP, MEAN: BOUNDED_CP}.get(
             self.kind, self.statistic_interval
         )
 
@@ -326,8 +326,8 @@ for _name, _cls, _worse in (("tr_n", "N", HIGHER), ("tr_ob", "OB", LOWER), ("tr_
     add(Metric(_name, "detection", DIALOGUE_RATE, _worse, f"trigger rate: share of {_cls} dialogues flagged",
                value=detection.trigger(_cls), paired=_item(detection.trigger(_cls)), figure="bars",
                key=_name != "tr_n"))
-add(Metric("gap_ob_bb", "detection", STATISTIC, HIGHER, "the overt-benevolent gap TR_OB - TR_BB (Newcombe interval)",
-           statistic=detection.gap_statistic, key=True, statistic_interval=NEWCOMBE))
+add(Metric("gap_ob_bb", "detection", STATISTIC, HIGHER, "the overt-benevolent gap TR_OB - TR_BB (difference of two shares)",
+           statistic=detection.gap_statistic, key=True, statistic_interval=DIFFERENCE_HULL))
 add(Metric("macro_f1", "detection", STATISTIC, LOWER, "three-way macro-F1 over N/OB/BB (judges and ensembles)",
            statistic=detection.macro_f1_statistic, when=lambda group: detection.has_classes(group.units), key=True))
 for _name, _cls in (("recall_n", "N"), ("recall_ob", "OB"), ("recall_bb", "BB")):

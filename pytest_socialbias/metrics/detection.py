@@ -12,8 +12,10 @@ flags (``CLASS_METRICS``, ``detector_outputs``). Unreadable items count in
 
 from __future__ import annotations
 
+import math
+
 from ..vocabulary import CLASSES, WITH_DEMOGRAPHICS
-from .rates import DIGITS, MACRO_F1_LEVEL, dirichlet_interval, group_seed, newcombe_unpaired, wilson_interval
+from .rates import DIGITS, MACRO_F1_LEVEL, Z95, clopper_pearson, dirichlet_interval, group_seed, wilson_interval
 
 
 def items_of(records: list[dict], detector: str, variant: str) -> list[tuple]:
@@ -162,11 +164,32 @@ def f1_statistic(items: list[tuple], seed: int):
     return value, dirichlet_interval(cells, _f1_of_cells, seed, estimate=value), len(readable)
 
 
+def gap_interval(x1: int, n1: int, x2: int, n2: int) -> tuple[float, float]:
+    """95% interval of p1 - p2 from independent samples: the hull of two intervals that
+    each hold the truth at least 95% of the time nearly everywhere and fall short in
+    different corners, so the hull covers at least as often as the better of the two at
+    every pair of rates: the square-and-add (MOVER) of the two Clopper-Pearson intervals
+    (short where the rates are both near opposite ends) and Agresti and Caffo's interval
+    (one success and one failure added to each sample; short where one rate is near 0
+    and the other in the middle). Newcombe's method 11, used before, covered 92.1% at 10
+    against 10 dialogues with rates 0.06 and 0.95; the hull's exact coverage, by
+    enumeration over rates 0-1, is at least 95.7% at 10 against 10 and 93.9% at 5 against
+    5 (tests/test_real_coverage.py)."""
+    p1, p2 = x1 / n1, x2 / n2
+    l1, u1 = clopper_pearson(x1, n1)
+    l2, u2 = clopper_pearson(x2, n2)
+    d = p1 - p2
+    low = d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2)
+    high = d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+    a1, a2 = (x1 + 1) / (n1 + 2), (x2 + 1) / (n2 + 2)
+    half = Z95 * math.sqrt(a1 * (1 - a1) / (n1 + 2) + a2 * (1 - a2) / (n2 + 2))
+    low, high = min(low, a1 - a2 - half), max(high, a1 - a2 + half)
+    return (max(-1.0, min(low, d)), min(1.0, max(high, d)))
+
+
 def gap_statistic(items: list[tuple], seed: int):
-    """TR_OB - TR_BB with Newcombe's interval for independent samples, its Wilson
-    components continuity-corrected (method 11: exact coverage at least 95.9% over
-    benchmarks/coverage.py --differences, where method 10 dips to 93.0% at n = 10);
-    n = the smaller class."""
+    """TR_OB - TR_BB with ``gap_interval`` (the difference of two independent shares,
+    Clopper-Pearson components); n = the smaller class."""
     counts = {}
     for k in ("OB", "BB"):
         of_class = [f for t, _, f in items if f is not None and t == k]
@@ -174,7 +197,7 @@ def gap_statistic(items: list[tuple], seed: int):
     (x1, n1), (x2, n2) = counts["OB"], counts["BB"]
     if not (n1 and n2):
         return None, None, min(n1, n2)
-    return x1 / n1 - x2 / n2, newcombe_unpaired(x1, n1, x2, n2, corrected=True), min(n1, n2)
+    return x1 / n1 - x2 / n2, gap_interval(x1, n1, x2, n2), min(n1, n2)
 
 
 def macro_f1_statistic(items: list[tuple], seed: int):

@@ -27,6 +27,9 @@ class Group:
     units: list
     seed: int  # seed of the group's posterior draws (Dirichlet intervals)
     context: dict = field(default_factory=dict)  # suite-wide facts (turns, coherence)
+    #: ``cluster(unit)``: the independent unit a unit belongs to (a DyMT seed's dialogues in
+    #: two styles are one); None: each unit's own ``cluster`` key, else the unit itself.
+    cluster: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,9 @@ def _dialogue_groups(suite: str, records: list[dict]):
     context = {"turns": dialogue.suite_turns(records), "coherence": dialogue.has_coherence(records)}
 
     def group(kind, category, style, units):
-        return Group(kind, category, style, units, group_seed(suite, category, style), context)
+        # A seed run in several styles is one unit of the sample: its dialogues share the
+        # seed (and a model's answer to it), so rows over styles cluster by seed.
+        return Group(kind, category, style, units, group_seed(suite, category, style), context, cluster=seed_of)
 
     out = [group("overall", None, None, records)]
     out += [group("category", c, None, [r for r in records if r["category"] == c])
@@ -56,6 +61,11 @@ def _dialogue_groups(suite: str, records: list[dict]):
     out += [group("style", None, s, [r for r in records if r.get("style") == s])
             for s in sorted({r["style"] for r in records if r.get("style")})]
     return out, context["turns"]
+
+
+def seed_of(record: dict):
+    """The seed a dialogue case was drawn from: its id (its styles share it)."""
+    return record["id"]
 
 
 def _dialogue_member(record, category, style) -> bool:

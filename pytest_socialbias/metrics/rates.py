@@ -128,6 +128,98 @@ def t_quantile(q: float, df: int) -> float:
     return t
 
 
+# --------------------------------------------------------------------------- beta
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < 1e-15:
+            break
+    return h
+
+
+def beta_cdf(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b) for real a, b > 0."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """The ``q`` quantile of Beta(a, b): Newton's method on ``beta_cdf`` kept inside a
+    bracket that bisection narrows whenever a step would leave it (to 1e-12)."""
+    low, high = 0.0, 1.0
+    x = a / (a + b)
+    log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    for _ in range(200):
+        gap = beta_cdf(x, a, b) - q
+        if gap < 0:
+            low = x
+        else:
+            high = x
+        if high - low < 1e-12 or gap == 0:
+            break
+        density = math.exp(log_norm + (a - 1) * math.log(x) + (b - 1) * math.log1p(-x)) if 0 < x < 1 else 0.0
+        step = x - gap / density if density > 0 else -1.0
+        x = step if low < step < high else (low + high) / 2
+    if x < 1e-9 and abs(beta_cdf(x, a, b) - q) > 1e-9 * q:
+        # A quantile below 1e-9 (a tiny effective count's lower end): bisect its logarithm.
+        lo, hi = math.log(1e-300), math.log(max(high, 1e-300))
+        for _ in range(200):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if beta_cdf(math.exp(mid), a, b) < q else (lo, mid)
+            if hi - lo < 1e-10:
+                break
+        x = math.exp((lo + hi) / 2)
+    return x
+
+
+def clopper_pearson(x: float, n: float, tail: float = 0.025) -> tuple[float, float]:
+    """The Clopper-Pearson interval of ``x`` events in ``n`` trials, each end with error
+    ``tail``; ``x`` and ``n`` may be fractional (an effective count and size), read
+    through the beta distribution. Never an end on the estimate unless it is 0 or 1."""
+    if n <= 0:
+        return (0.0, 1.0)
+    x = min(max(x, 0.0), n)
+    low = 0.0 if x <= 1e-12 else beta_quantile(tail, x, n - x + 1.0)
+    high = 1.0 if n - x <= 1e-12 else beta_quantile(1.0 - tail, x + 1.0, n - x)
+    p = x / n
+    return (min(low, p), max(high, p))
+
+
+def kish_clusters(groups: list[list[float]]) -> float:
+    """Kish's effective number of clusters, (sum of sizes)^2 / sum of squared sizes: the
+    sample size of a share whose clusters are wholly alike (5 dialogues of 20 replies
+    and 45 of 2 are 16.6 units, not 50)."""
+    sizes = [len(g) for g in groups if g]
+    total = sum(sizes)
+    return total * total / sum(m * m for m in sizes) if sizes else 0.0
+
+
 def cluster_design(groups: list[list[float]]) -> tuple[float, float | None, int | None]:
     """(share, design effect, degrees of freedom) of values in 0-1 grouped in clusters:
     the cluster-robust variance of the ratio estimator over the binomial one, and the
@@ -145,7 +237,9 @@ def cluster_design(groups: list[list[float]]) -> tuple[float, float | None, int 
         return p, None, None
     with_events = sum(1 for g in kept if math.fsum(g) > 0)
     without = sum(1 for g in kept if math.fsum(g) < len(g))
-    df = max(1, min(clusters - 1, min(with_events, without) - 1))
+    # Where a few clusters hold most of the values (dialogues of unequal length), the
+    # variance rests on about as many clusters as Kish's effective number.
+    df = max(1, min(clusters - 1, min(with_events, without) - 1, math.floor(kish_clusters(kept)) - 1))
     return p, variance / (p * (1 - p) / n), df
 
 
@@ -159,44 +253,45 @@ def cluster_wilson_interval(
 ) -> tuple[float, float]:
     """95% interval for a share of 0/1 values grouped in clusters (replies in dialogues).
 
-    Wilson's score interval (continuity-corrected, as ``wilson_interval``) on the
-    effective sample size (Korn and Graubard's approach
-    for clustered samples): the values divided by the design effect of the ratio
-    estimator (its cluster-robust variance over the binomial one), times ``(z / t)^2``
-    with t on the degrees of freedom the variance rests on: the clusters that hold both
-    outcomes' rarer one, less one (with rare events in few dialogues, the variance of a
-    handful of them; the clusters less one at most). The effective size is never more
-    than the values nor fewer than the clusters; at 0 or 1 (no variance to estimate) and
-    with a single cluster it is the clusters: at least as wide as Wilson over the
-    dialogues, never of zero width. benchmarks/coverage.py measures its coverage.
+    Korn and Graubard's (1998) interval for clustered samples: Clopper-Pearson on the
+    effective sample size, the values divided by the design effect of the ratio estimator
+    (its cluster-robust variance over the binomial one), times ``(z / t)^2`` with t on
+    the degrees of freedom the variance rests on (the clusters that hold both outcomes'
+    rarer one, less one; the clusters less one at most). The effective size is never more
+    than the values (with ``cap_at_values``) nor less than Kish's effective number of
+    clusters (``kish_clusters``: what the share's variance would be if every cluster's
+    values were alike, the most any correlation can give). At 0 or 1 (no variance to
+    estimate) and with a single cluster it is Kish's clusters. Clopper-Pearson, not
+    Wilson, because effective counts are often fractional and small: Wilson's
+    continuity-corrected lower end sat on the estimate for one event in 200 replies
+    (0.005, 0.351), and the interval covered 58% at a 0.1% rate; with dialogues of unequal
+    length the floor at the dialogues' count (not Kish's) covered 49-74%.
+    benchmarks/coverage.py --real measures it on the cells real runs produce.
 
     Values between 0 and 1 (a bounded score mapped to 0-1, ``bounded_mean_interval``)
     work the same way; with ``cap_at_values`` False the effective size may exceed the
-    values (a score that varies less than a 0/1 value carries more information), so the
-    interval follows the cluster-robust t interval where the scores vary and keeps
-    Wilson's width over the clusters where they do not.
+    values (a score that varies less than a 0/1 value carries more information).
 
-    ``tail``: each end's error (0.025 for 95%); ``corrected`` False: the plain score
-    interval; ``design``: a (design effect, degrees of freedom) to use where these values
-    give none (``paired_cluster_interval`` lends one run's to the other's)."""
+    ``tail``: each end's error (0.025 for 95%); ``corrected``: kept for callers (the
+    interval is Clopper-Pearson either way); ``design``: a (design effect, degrees of
+    freedom) to use where these values give none (``paired_cluster_interval`` lends one
+    run's to the other's)."""
+    del corrected
     kept = [g for g in groups if g]
     if not kept:
         return (0.0, 1.0)
-    clusters = len(kept)
     n = sum(len(g) for g in kept)
     p, deff, df = cluster_design(kept)
     if deff is None and design is not None and 0 <= p <= 1:
         deff, df = design
-    effective = float(clusters)
+    floor = kish_clusters(kept)
+    effective = floor
     if deff is not None:
         z = Z95 if tail == 0.025 else _NORMAL.inv_cdf(1 - tail)
-        effective = max(float(clusters), n / deff * (z / t_quantile(1 - tail, df)) ** 2)
-        if cap_at_values:
-            effective = min(float(n), effective)
-    z = Z95 if tail == 0.025 else _NORMAL.inv_cdf(1 - tail)
-    if corrected:
-        return _wilson_cc(p, effective, z)
-    return _wilson_plain(p, effective, z)
+        effective = max(floor, n / deff * (z / t_quantile(1 - tail, df)) ** 2)
+    if cap_at_values:
+        effective = min(float(n), effective)
+    return clopper_pearson(p * effective, effective, tail)
 
 
 def bounded_mean_interval(groups: list[list[float]], low: float, high: float) -> tuple[float, float]:
@@ -307,15 +402,27 @@ def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:
 
 #: Interval methods, as rows name them.
 WILSON = "wilson"  # Wilson score interval (continuity-corrected) of a share of independent units
-CLUSTER_WILSON = "cluster wilson"  # the same on the effective size of replies grouped in dialogues
-BOUNDED_WILSON = "bounded cluster wilson"  # a mean on a bounded scale (bounded_mean_interval)
+CLUSTER_CP = "cluster clopper-pearson"  # a share of values grouped in clusters (cluster_wilson_interval)
+BOUNDED_CP = "bounded cluster clopper-pearson"  # a mean on a bounded scale (bounded_mean_interval)
 DIRICHLET = "dirichlet posterior"  # a statistic of a table: the table's posterior (dirichlet_interval)
-NEWCOMBE = "newcombe"  # Newcombe's hybrid score interval of a difference of two shares
+DIFFERENCE_HULL = "difference hull"  # a difference of two independent shares (detection.gap_interval)
+
+
+#: Rows resting on fewer independent units than this are flagged ``small``: no interval
+#: method can promise its coverage there (benchmarks/coverage.py --real lists those cells).
+SMALL_UNITS = 10
+
+
+def _flag_small(row: dict, units: float) -> dict:
+    """Mark a row with a value that rests on fewer than SMALL_UNITS independent units."""
+    if row.get("value") is not None and units < SMALL_UNITS:
+        row["small"] = True
+    return row
 
 
 def rate_row(suite, metric, category, style, successes, n) -> dict:
     low, high = wilson_interval(successes, n)
-    return {
+    return _flag_small({
         "suite": suite,
         "metric": metric,
         "category": category,
@@ -325,19 +432,20 @@ def rate_row(suite, metric, category, style, successes, n) -> dict:
         "ci_high": round(high, DIGITS) if n else None,
         "n": n,
         "ci_method": WILSON,
-    }
+    }, n)
 
 
 def value_row(suite, metric, category, style, value, interval, n, ci_method: str = DIRICHLET) -> dict:
-    """A statistic's row; its interval is clamped to [-1, 1]."""
-    return {
+    """A statistic's row; its interval is clamped to [-1, 1]; small under SMALL_UNITS items
+    (a Dirichlet interval covered 90-93.6% at 5 items)."""
+    return _flag_small({
         "suite": suite, "metric": metric, "category": category, "style": style,
         "value": None if value is None else round(value, DIGITS),
         "ci_low": None if value is None or interval is None else round(max(-1.0, interval[0]), DIGITS),
         "ci_high": None if value is None or interval is None else round(min(1.0, interval[1]), DIGITS),
         "n": n,
         "ci_method": ci_method,
-    }
+    }, n)
 
 
 def reply_rate_row(suite, metric, category, style, groups: list[list[float]]) -> dict:
@@ -345,11 +453,11 @@ def reply_rate_row(suite, metric, category, style, groups: list[list[float]]) ->
     interval (``cluster_wilson_interval``); n = replies."""
     values = [x for g in groups for x in g]
     row = {"suite": suite, "metric": metric, "category": category, "style": style,
-           "value": None, "ci_low": None, "ci_high": None, "n": len(values), "ci_method": CLUSTER_WILSON}
+           "value": None, "ci_low": None, "ci_high": None, "n": len(values), "ci_method": CLUSTER_CP}
     if values:
         low, high = cluster_wilson_interval(groups)
         row.update(value=round(math.fsum(values) / len(values), DIGITS), ci_low=round(low, DIGITS), ci_high=round(high, DIGITS))
-    return row
+    return _flag_small(row, kish_clusters(groups))
 
 
 def mean_row(suite, metric, category, style, groups: list[list[float]], scale: tuple[float, float]) -> dict:
@@ -357,7 +465,7 @@ def mean_row(suite, metric, category, style, groups: list[list[float]], scale: t
     ``bounded_mean_interval`` over the dialogues; n = values."""
     values = [x for g in groups for x in g]
     row = {"suite": suite, "metric": metric, "category": category, "style": style,
-           "value": None, "ci_low": None, "ci_high": None, "n": len(values), "ci_method": BOUNDED_WILSON}
+           "value": None, "ci_low": None, "ci_high": None, "n": len(values), "ci_method": BOUNDED_CP}
     if values:
         low, high = bounded_mean_interval(groups, *scale)
         row.update(
@@ -365,4 +473,4 @@ def mean_row(suite, metric, category, style, groups: list[list[float]], scale: t
             ci_low=round(low, DIGITS),
             ci_high=round(high, DIGITS),
         )
-    return row
+    return _flag_small(row, kish_clusters(groups))

@@ -539,7 +539,9 @@ def _group_table(rows: list[dict]) -> str:
         out.append(_table(
             ["metric", "value", "95% CI", "n"],
             [("", [f"<code>{_text(m['metric'])}</code>", _number(m.get("value"), m["metric"]),
-                   _interval(m.get("ci_low"), m.get("ci_high"), m["metric"]), _text(m.get("n"))]) for m in others],
+                   _interval(m.get("ci_low"), m.get("ci_high"), m["metric"]),
+                   _text(m.get("n")) + (" <span class=\"muted\" title=\"fewer than 10 independent units\">small</span>"
+                                         if m.get("small") else "")]) for m in others],
             right={1, 3},
         ))
     return "".join(out)
@@ -550,8 +552,9 @@ def _key_metrics(report: dict):
     if not rows:
         return None
     out = ["<p class=\"small muted\">rates in % with 95% intervals (each row's ci_method in the JSON report: Wilson "
-           "for shares of dialogues, cluster Wilson for shares of replies); coherence_mean is a 1-5 mean with a "
-           "bounded cluster Wilson interval</p>"]
+           "for shares of dialogues, cluster Clopper-Pearson for shares of replies and for rows over a seed's styles); "
+           "coherence_mean is a 1-5 mean with a bounded cluster Clopper-Pearson interval; <em>small</em>: fewer than 10 "
+           "independent units, where no interval can promise its coverage</p>"]
     for suite in sorted({str(m.get("suite")) for m in rows}):
         groups: dict[tuple, list[dict]] = {}
         for m in rows:

@@ -126,13 +126,17 @@ def summary_lines(result) -> list[str]:
     lines += by_turn_tables(result.metrics)
     lines += benevdial_tables(result.metrics)
     lines += detector_tables(result.metrics, result.detection)
+    shown = key_metric_rows(result.metrics)
     rows = [
-        [m["suite"], m["metric"], _pct(m["value"], m["metric"]), _interval(m), str(m["n"])]
-        for m in key_metric_rows(result.metrics)
+        [m["suite"], m["metric"], _pct(m["value"], m["metric"]), _interval(m), str(m["n"]) + (" small" if m.get("small") else "")]
+        for m in shown
     ]
     if rows:
         lines.append("")
         lines += _table(["suite", "metric", "value", "95% CI", "n"], rows)
+        if any(m.get("small") for m in shown):
+            lines.append("(small: fewer than 10 independent units (dialogues, seeds, clusters, items) behind the value;"
+                         " no interval method can promise its 95% there)")
     usage = result.usage
     if usage:
         reasoning = any(u.get("reasoning_tokens") for u in usage.values())
