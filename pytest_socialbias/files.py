@@ -151,13 +151,32 @@ def first_problem(validator: jsonschema.protocols.Validator, data) -> str | None
     return f"at {where}: {first.message}"
 
 
+def refuse_aliases(text: str, source, what: str) -> None:
+    """ConfigError at ``source:line`` when ``text`` uses a YAML alias (``*name``, merge
+    keys ``<<: *name`` included). A dozen lines of nested aliases expand to billions of
+    values (an "alias bomb": 4 GB and no end in the schema check), so no file the plugin
+    reads may use them. Only text holding a ``*`` is scanned (parse events, no values
+    built): no alias can be written without one."""
+    if "*" not in text:
+        return
+    for event in yaml.parse(text, Loader=FAST_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(
+                f"{source}:{event.start_mark.line + 1}: {what} uses the YAML alias *{event.anchor}; the files "
+                "pytest-socialbias reads may not use aliases or merge keys (a few lines of them can expand to "
+                "gigabytes): write the value out where the alias stands"
+            )
+
+
 def read_yaml(path: Path, what: str):
-    """Parse a YAML file; return (data, composed node tree) or raise ConfigError."""
+    """Parse a YAML file (no aliases: ``refuse_aliases``); return (data, composed node
+    tree) or raise ConfigError."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read {what}: {exc}") from None
     try:
+        refuse_aliases(text, path, what)
         # One parse, with libyaml where PyYAML has it: the node tree keeps every line for
         # error messages, and the data are built from it (the same values safe_load gives).
         node = yaml.compose(text, Loader=FAST_LOADER)
