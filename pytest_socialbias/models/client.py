@@ -32,10 +32,12 @@ from ..errors import CacheError, CacheMiss, ModelCallError
 from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
+from .guard import RunBounds, guard_for
 from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import ADAPTS, CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
 from .thinking import split_thinking
+from .transport import redirect_refused
 
 #: Extra attempts for 200 answers that cannot be used (bad JSON, no choices); HTTP-level
 #: failures (429, 5xx, timeouts, dropped connections) are retried by the SDK itself.
@@ -93,6 +95,7 @@ class CallPool:
     _checked: set = field(default_factory=set)  # (endpoint JSON, role) checked in this process
     _check_locks: dict = field(default_factory=dict)  # endpoint JSON -> asyncio.Lock
     in_flight: dict = field(default_factory=dict)  # cache key -> future of the call sending it
+    bounds: RunBounds = field(default_factory=RunBounds)  # circuits and deadlines of the calls (guard.py)
 
     def adaptation(self, key: str) -> Adaptation:
         """What this run learnt about an endpoint (adapt.py), read from the cache first.
@@ -255,6 +258,8 @@ def _describe(exc: BaseException) -> str:
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     text = _first_line(exc)
+    if isinstance(status, int) and 300 <= status < 400:
+        return redirect_refused(status, exc)
     if status is not None:
         return f"HTTP {status} ({name}): {text}"
     reason = f"{name}: {text}" if text else name
@@ -322,6 +327,7 @@ class Model:
         self._owns_runner = False  # chat_sync started a private loop (close() stops it)
         self._closed = False
         self._backend = None
+        self._guard = None  # the bounds of this role's calls (guard.py), made at the first call
         # What the run learns about the endpoint is filed under this (read on every call).
         self.endpoint_key = canonical_json(self.endpoint)
         #: Whether a call of this role asked for answers held to labels (judges, guards):
@@ -687,15 +693,18 @@ class Model:
 
     async def _call(self, request: dict) -> ChatResponse:
         last: BaseException | None = None
+        guard = self._guard or self._make_guard()
         for _attempt in range(1 + MALFORMED_RETRIES):
             try:
                 # A backend that seeds its sampling from the request needs the sample index
                 # too, so that a repeated draw comes out different.
                 constrain = {"constrain": request["constrain"]} if "constrain" in request else {}
-                return await self.backend.complete(
+                return await guard.send(self.backend.complete(
                     request["messages"], request["params"], request["top_logprobs"],
                     choices=request.get("choices"), sample=request["sample"], **constrain,
-                )
+                ))
+            except ModelCallError:
+                raise  # the guard's: an open circuit, a deadline passed, an answer over the cap
             except (MalformedResponse, json.JSONDecodeError) as exc:
                 last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times
             except UnicodeDecodeError as exc:
@@ -711,12 +720,21 @@ class Model:
                 rejection = classify_rejection(exc, request["params"], "constrain" in request)
                 if rejection is not None:
                     raise rejection from exc
-                raise ModelCallError(self.role, str(self.spec), _describe(exc)) from exc
+                raise ModelCallError(self.role, str(self.spec), guard.mask(_describe(exc))) from exc
         raise ModelCallError(
             self.role,
             str(self.spec),
-            f"malformed response after {1 + MALFORMED_RETRIES} attempts: {_describe(last)}",
+            guard.mask(f"malformed response after {1 + MALFORMED_RETRIES} attempts: {_describe(last)}"),
         )
+
+    def _make_guard(self):
+        """The bounds of this role's calls (guard.py): an HTTP endpoint's deadline and
+        circuit (by the URL the calls go to), the answer size cap, known keys masked."""
+        url = None
+        if self.provider.can(ADAPTS):
+            url = self.spec.base_url or self.provider.known_url(self.spec) or self.backend.base_url
+        self._guard = guard_for(self.role, self.spec, url, self.settings.bounds)
+        return self._guard
 
     def chat_sync(self, messages: list[dict], **kwargs) -> ChatResponse:
         """``chat`` for synchronous test code (runs on the plugin's event-loop thread)."""

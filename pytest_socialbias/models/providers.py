@@ -126,6 +126,20 @@ class Provider:
         )
 
 
+#: Keys shorter than this are not looked for in text (a placeholder, a test's ``x``).
+MIN_KEY_LENGTH = 8
+
+
+def known_keys(environ=None) -> tuple[str, ...]:
+    """The values of the API keys this process knows (every provider's ``key_env`` that is
+    set), longest first, placeholders and very short values left out: masked wherever
+    they show up in what a server sends back (secrets.py)."""
+    environ = os.environ if environ is None else environ
+    found = {environ.get(p.key_env, "").strip() for p in PROVIDERS.values() if p.key_env}
+    return tuple(sorted((k for k in found if len(k) >= MIN_KEY_LENGTH and k != NO_KEY_PLACEHOLDER),
+                        key=lambda k: (-len(k), k)))
+
+
 #: Every provider a spec can name (registry.py): the plugin's below, and any a project's
 #: conftest.py registers.
 PROVIDERS: Registry[Provider] = Registry("provider")

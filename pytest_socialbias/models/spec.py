@@ -54,8 +54,10 @@ PASS_THROUGH_KNOWN = (
 GUARD_SPEC_PARAMS = ("unit", "risk")
 #: Transport settings a spec may set; they do not change answers, so not in the cache key.
 TRANSPORT_PARAMS = {
-    "timeout": float,
+    "timeout": float,  # seconds per read (the SDK's)
     "max_retries": int,
+    "deadline": float,  # seconds for a whole call, retries included (guard.py)
+    "max_answer_bytes": int,  # the largest answer a call takes (guard.py)
     "n_ctx": int,  # local models only: context window in tokens
 }
 
@@ -132,6 +134,8 @@ RANGES = {
     "max_tokens": (1, 1_000_000),
     "thinking_budget": (1024, 1_000_000),
     "timeout": (0.001, 86_400.0),
+    "deadline": (0.001, 86_400.0),
+    "max_answer_bytes": (1_000, 2_000_000_000),
     "max_retries": (0, 100),
 }
 

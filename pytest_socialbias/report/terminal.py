@@ -116,6 +116,9 @@ def summary_lines(result) -> list[str]:
             lines.append(f"  {record['suite']}::{record['id']}: [{error['kind']}] {error['message']}")
         if len(errors) > MAX_ERRORS_SHOWN:
             lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
+        from ..models.guard import circuit_lines
+
+        lines += circuit_lines(records)  # endpoints that stopped answering
     lines.append("")
     lines += partial_lines(result)
     lines += ungated_lines(result)
@@ -147,6 +150,11 @@ def summary_lines(result) -> list[str]:
             ],
         )
         lines.append("(tokens are those of live calls; replayed calls cost none)")
+        repaired = [f"{role} {u['repaired']}" for role, u in usage.items() if u.get("repaired")]
+        if repaired:
+            lines.append(f"answers with fields that could not be read ({', '.join(repaired)}): token counts or "
+                         "log-probabilities of the wrong kind were ignored and lone surrogates in text replaced "
+                         "(U+FFFD); the answers themselves were used")
         for role, u in usage.items():
             if u.get("replicas"):
                 served = "; ".join(
