@@ -98,3 +98,62 @@ def test_yaml_text_with_stars_but_no_alias_still_loads(tmp_path):
     path.write_text(suite_yaml([("age-001", "age", "'*Stars* and & ampersands, *a, &b are text here.'")]))
     suite = load_suite(path)
     assert suite.cases[0].statement == "*Stars* and & ampersands, *a, &b are text here."
+
+
+# --------------------------------------------------------------------------- secrets in specs
+
+PASSWORD = "hunter2-PLANTED-pw"
+KEY = "sk-PLANTED-in-a-spec-77c1"
+
+
+def assert_usage_error_without(result, needles, secrets):
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    for needle in needles:
+        assert needle in result.stderr.str(), out
+    for secret in secrets:
+        assert secret not in out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("spec, needles", [
+    (f"openai:t@http://bob:{PASSWORD}@127.0.0.1:9/v1",
+     ["--target=openai:t@http://bob:***@127.0.0.1:9/v1: the base URL carries credentials (bob:***@)",
+      "OPENAI_API_KEY"]),
+    (f"openai:t@http://127.0.0.1:9/v1,http://bob:{PASSWORD}@127.0.0.2:9/v1",
+     ["the base URL carries credentials (bob:***@)"]),
+    (f"openai:t@http://127.0.0.1:9/v1?api_key={KEY}&temprature=1",
+     ["?api_key=***&temprature=1: parameter api_key= looks like a secret", "OPENAI_API_KEY"]),
+    (f"openai:t@http://127.0.0.1:9/v1?temprature=1&Authorization=Bearer {KEY}",
+     ["parameter Authorization= looks like a secret"]),
+    (f"anthropic:t?x-api-key={KEY}", ["parameter x-api-key= looks like a secret", "ANTHROPIC_API_KEY"]),
+    (f"openai:t@http://127.0.0.1:9/v1?access_token={KEY}", ["parameter access_token= looks like a secret"]),
+])
+def test_a_spec_carrying_a_secret_is_a_usage_error_that_masks_it(pytester, keys, spec, needles):
+    pytester.makefile(".yaml", demo=suite_yaml([("age-001", "age", "Plain.")]))
+    result = pytester.runpytest("demo.yaml", f"--target={spec}", "--judge=openai:j@http://127.0.0.1:9/v1")
+    assert_usage_error_without(result, needles, [PASSWORD, KEY])
+
+
+def test_credentials_in_the_sdk_base_url_variable_are_refused_masked(pytester, keys, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", f"https://bob:{PASSWORD}@proxy.example/v1")
+    pytester.makefile(".yaml", demo=suite_yaml([("age-001", "age", "Plain.")]))
+    result = pytester.runpytest("demo.yaml", "--target=openai:gpt-4o-mini", "--judge=openai:j@http://127.0.0.1:9/v1")
+    assert_usage_error_without(result, ["OPENAI_BASE_URL carries credentials (bob:***@)"], [PASSWORD])
+
+
+def test_a_suite_judge_param_named_like_a_secret_is_refused_without_its_value(pytester, keys):
+    text = suite_yaml([("age-001", "age", "Plain.")]) + f"judge_params:\n  temperature: 0\n  api_key: {KEY}\n"
+    pytester.makefile(".yaml", demo=text)
+    result = pytester.runpytest("demo.yaml", "--target=openai:t@http://127.0.0.1:9/v1",
+                                "--judge=openai:j@http://127.0.0.1:9/v1", "--socialbias-dry-run")
+    assert_usage_error_without(result, ["demo.yaml:12: judge_params: api_key looks like a secret"], [KEY])
+
+
+def test_parameters_that_only_look_alike_are_no_secrets():
+    from pytest_socialbias.models.secrets import secret_param
+
+    assert not any(map(secret_param, ["max_tokens", "stop_token_ids", "skip_special_tokens", "top_k", "logit_bias",
+                                      "chat_template_kwargs", "max_completion_tokens", "thinking_budget"]))
+    assert all(map(secret_param, ["api_key", "apiKey", "x-api-key", "key", "token", "access_token", "client_secret",
+                                  "password", "Authorization", "auth", "bearer", "credentials"]))

@@ -26,7 +26,7 @@ SECRET_WORDS = frozenset({
 NOT_SECRETS = frozenset({"stop_token_ids"})
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s?#:]*)(?::(?P<password>[^/@\s?#]*))?@")
 #: A secret's value written after its name in a query string or a spec (``api_key=sk-...``).
-_SECRET_VALUE = re.compile(r"(?P<name>[A-Za-z0-9_.-]+)=(?P<value>[^&\s]*)")
+_SECRET_VALUE = re.compile(r"(?P<name>[A-Za-z0-9_.-]+)=(?P<value>[^&#]*)")
 
 
 def secret_param(name: str) -> bool:

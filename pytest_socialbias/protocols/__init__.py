@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..cases import Suite, SuiteOverrides, read_suite
 from ..errors import ConfigError
+from ..models.secrets import secret_param
 from ..models.spec import DECODING_PARAMS, check_param
 from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
 from ..registry import Registry
@@ -120,6 +121,10 @@ def judge_params(source) -> tuple:
     given = source.data.get("judge_params") or {}
     out = []
     for name, value in given.items():
+        if secret_param(str(name)):
+            raise source.error(["judge_params", name], f"judge_params: {name} looks like a secret; a suite file is "
+                               "recorded and reported, so it carries none: remove it (keys are read only from the "
+                               "environment)")
         if isinstance(value, str) and value.strip().lower() == "none":
             value = None
         elif name in DECODING_PARAMS:
