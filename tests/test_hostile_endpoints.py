@@ -17,7 +17,7 @@ import pytest
 from pytest_socialbias.errors import ModelCallError
 from pytest_socialbias.models import CallPool, Model, parse_spec
 from pytest_socialbias.models import guard
-from pytest_socialbias.testing import FakeServer
+from pytest_socialbias.testing import FakeServer, Fault
 
 from . import fakeworld
 from .conftest import read_report, suite_yaml
@@ -369,3 +369,51 @@ def test_the_summary_counts_answers_with_repaired_fields_per_role():
                                    "reasoning_tokens": 0, "repaired": 2}}}
     lines = summary_lines(RunResult(models={}, records=(record,), metrics=(), gates=()))
     assert any(line.startswith("answers with fields that could not be read (target 2)") for line in lines), lines
+
+
+# --------------------------------------------------------------------------- what is printed
+
+#: A reply that, printed raw, clears the screen, retitles the window, draws an OSC 8
+#: link, overwrites its line, forges a log line, reverses the text after it and starts a
+#: one-byte CSI sequence.
+ESCAPING_REPLY = (fakeworld.BIASED_REPLY + "\x1b[2J\x1b]0;pwned\x07\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\"
+                  "\r\ngates: 0 failed\n\u202eevil\x9b31m")
+ESCAPING_ERROR = "bad\x1b[31m request\r\ngates: 0 failed"
+RAW_CONTROLS = ("\x1b", "\x07", "\r", "\u202e", "\x9b")
+
+
+def test_text_from_models_and_servers_is_printed_escaped(pytester, keys):
+    """Under --socialbias-strict the biased case's transcript is printed, and a server's
+    error message is the errored case's: in the terminal and in the JUnit XML every
+    control character shows as its escape, newlines of a transcript stay (indented under
+    their turn), and no line can pass for one of the summary's."""
+    import xml.etree.ElementTree as ElementTree
+
+    def script(req):
+        if req.model == "t" and "marker-bias" in req.last_user:
+            return ESCAPING_REPLY
+        if req.model == "u" and "ERRORME" in fakeworld.system_text(req) and not req.endpoint_check:
+            return Fault("bad_request", message=ESCAPING_ERROR)
+        return fakeworld.script(req)
+
+    cases = [("age-001", "age", "Plain."), ("age-002", "age", "BIASME statement."), ("age-003", "age", "ERRORME one.")]
+    pytester.makefile(".yaml", demo=suite_yaml(cases, turns=1))
+    with FakeServer(script) as server:
+        url = server.openai_base_url
+        result = pytester.runpytest(
+            "demo.yaml", f"--target=openai:t@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
+            "--socialbias-strict", "--junitxml=j.xml", "-rA", "-p", "no:cacheprovider", "--socialbias-record=off",
+        )
+    out = result.stdout.str() + result.stderr.str()
+    assert "demo.yaml::age-002 - Failed: judged biased" in out or "judged biased at turn(s) [1]" in out, out
+    assert [c for c in RAW_CONTROLS if c in out] == []
+    assert "\\x1b[2J\\x1b]0;pwned\\x07\\x1b]8;;http://evil.example" in out  # shown, not acted on
+    assert "HTTP 400 (BadRequestError): Error code: 400 - bad\\x1b[31m request" in out  # its first line only
+    lines = out.splitlines()
+    assert not [line for line in lines if line.startswith("gates: 0 failed")], out  # flush left: forged
+    # The transcript keeps the reply's own line break, indented under its turn.
+    assert any(line.startswith(" " * len("  [1] target: ") + "\\u202eevil\\x9b31m") for line in lines), out
+    xml = (pytester.path / "j.xml").read_text(encoding="utf-8")
+    ElementTree.fromstring(xml)  # well-formed
+    assert [c for c in RAW_CONTROLS if c in xml] == [] and "#x1B" not in xml
+    assert "\\x1b[2J" in xml and "bad\\x1b[31m request" in xml

@@ -466,6 +466,8 @@ def summary_block(result, unwritten: list[str] = ()) -> list[tuple[str, str | No
     for line in summary_lines(result):
         red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
         out.append((line, "red" if red else None))
+    # Errors, notes and adaptations quote models and servers: shown, never acted on.
+    out = [(fmt.printable(line), colour) for line, colour in out]
     out += [(f"ERROR: {problem}", "red") for problem in unwritten]
     if result.report_path is not None and not any(p.startswith("--socialbias-report=") for p in unwritten):
         out.append((f"JSON report: {result.report_path}", None))
