@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,104 @@ def test_parameters_that_only_look_alike_are_no_secrets():
                                       "chat_template_kwargs", "max_completion_tokens", "thinking_budget"]))
     assert all(map(secret_param, ["api_key", "apiKey", "x-api-key", "key", "token", "access_token", "client_secret",
                                   "password", "Authorization", "auth", "bearer", "credentials"]))
+
+
+# --------------------------------------------------------------------------- files outside the project
+
+SHADOW = "root:$6$PLANTEDhash$abcdef:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n"
+
+
+def seeds_suite(seeds: str) -> str:
+    return f"socialbias: 1\nsuite: z\nprotocol: zeroshot\nseeds: {seeds}\n"
+
+
+def run_dry(pytester, *files, extra=()):
+    return pytester.runpytest(*files, "--target=openai:t@http://127.0.0.1:9/v1",
+                              "--judge=openai:j@http://127.0.0.1:9/v1", "--socialbias-dry-run", "-p", "no:cacheprovider",
+                              *extra)
+
+
+@pytest.fixture
+def outside(pytester, tmp_path_factory):
+    """A folder beside the project (pytester's rootdir) holding a seeds file and a
+    shadow-like file."""
+    folder = tmp_path_factory.mktemp("outside")
+    (folder / "seeds.yaml").write_text("seeds:\n  - {id: age-001, category: age, group: g, statement: s}\n")
+    (folder / "shadow").write_text(SHADOW)
+    pytester.makeini("[pytest]\n")  # the project root
+    return folder
+
+
+def test_a_suite_naming_a_file_outside_the_rootdir_is_a_usage_error(pytester, keys, outside):
+    relative = Path(*[".."] * len(pytester.path.relative_to(outside.parent).parts), outside.name, "seeds.yaml")
+    pytester.makefile(".yaml", relative=seeds_suite(str(relative)), absolute=seeds_suite(str(outside / "shadow")))
+    for name, shown in (("relative.yaml", str(relative)), ("absolute.yaml", str(outside / "shadow"))):
+        result = run_dry(pytester, name)
+        out = result.stdout.str() + result.stderr.str()
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+        assert f"{name}:4: seeds file {shown!r} lies outside the project ({pytester.path})" in out, out
+        assert "--socialbias-allow-outside-files" in out and "PLANTED" not in out and "daemon" not in out
+
+
+def test_a_link_inside_the_project_to_a_file_outside_it_is_outside_too(pytester, keys, outside):
+    (pytester.path / "seeds.yaml").symlink_to(outside / "seeds.yaml")
+    pytester.makefile(".yaml", demo=seeds_suite("seeds.yaml"))
+    result = run_dry(pytester, "demo.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "demo.yaml:4: seeds file 'seeds.yaml' lies outside the project" in result.stderr.str()
+
+
+def test_the_option_lets_a_suite_name_files_elsewhere_and_the_wrong_kind_is_refused_unquoted(pytester, keys, outside):
+    pytester.makefile(".yaml", good=seeds_suite(str(outside / "seeds.yaml")), shadow=seeds_suite(str(outside / "shadow")))
+    allowed = run_dry(pytester, "good.yaml", extra=["--socialbias-allow-outside-files"])
+    assert allowed.ret == 0, allowed.stdout.str() + allowed.stderr.str()
+    refused = run_dry(pytester, "shadow.yaml", extra=["--socialbias-allow-outside-files"])
+    out = refused.stdout.str() + refused.stderr.str()
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert f"{outside / 'shadow'}: not a seeds file: it has none of the top-level keys seeds (its content is not shown)" in out
+    assert "PLANTED" not in out and "daemon" not in out and "root:" not in out
+
+
+def test_a_detector_suite_names_its_dialogues_cues_and_prompts_inside_the_project(pytester, keys, outside):
+    shipped = Path(__file__).resolve().parents[1] / "suites" / "benevdial-detect" / "detect.yaml"
+    text = shipped.read_text().replace("../benevdial/dialogues.jsonl", str(outside / "shadow"))
+    pytester.makefile(".yaml", detect=text)
+    result = run_dry(pytester, "detect.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"dialogues file {str(outside / 'shadow')!r} lies outside the project" in result.stderr.str()
+    pytester.makefile(".yaml", prompts=suite_yaml([("age-001", "age", "Plain.")]) + f"prompts: {outside}\n")
+    result = run_dry(pytester, "prompts.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"the prompts folder {str(outside)!r} lies outside the project" in result.stderr.str()
+
+
+# --------------------------------------------------------------------------- init and links
+
+
+def init(directory: Path) -> int:
+    from types import SimpleNamespace
+
+    from pytest_socialbias.starter import run
+
+    return run(SimpleNamespace(directory=directory, suites=["smoke"], ci="both", force=False, list_suites=False))
+
+
+@pytest.mark.parametrize("link, to", [
+    ("README.md", "outside/planted-readme"),  # dangling: it would create the file it points to
+    (".gitignore", "outside/gitignore"),  # an existing file elsewhere, appended to
+    ("suites", "outside"),  # a folder elsewhere, written into
+])
+def test_init_writes_nothing_through_a_link(tmp_path, link, to):
+    from pytest_socialbias.errors import ConfigError
+
+    project, elsewhere = tmp_path / "proj", tmp_path / "outside"
+    project.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "gitignore").write_text("mine\n")
+    (project / link).symlink_to(tmp_path / to)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(ConfigError, match=rf"init {project}: {link} is a symbolic link \(to {tmp_path / to}\); init "
+                                          "writes nothing through a link"):
+        init(project)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written anywhere
+    assert (elsewhere / "gitignore").read_text() == "mine\n"

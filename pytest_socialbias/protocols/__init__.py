@@ -79,7 +79,7 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
 
 
 def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
-    source = read_suite(path)
+    source = read_suite(path, overrides.root)
     protocol = PROTOCOLS.get(source.protocol)
     if protocol is None:
         raise source.error(["protocol"], PROTOCOLS.unknown(source.protocol) + "; a project adds one with "
@@ -99,7 +99,7 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     if source.data.get("prompts"):
         from .. import prompts
 
-        folder = (source.path.parent / source.data["prompts"]).resolve()
+        folder = source.place("prompts", "the prompts folder")
         try:
             where = f"{source.path}:{source.line('prompts')}: prompts"
             found = tuple(sorted(prompts.check_folder(folder, where, suite=True).items()))
