@@ -350,7 +350,8 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
 
 def kind_of(exc: BaseException) -> str:
     """What went wrong with the cache file: ``full`` (no space left), ``read-only``,
-    ``damaged`` (a truncated or corrupted file), ``unopenable``, or ``other``."""
+    ``damaged`` (a truncated or corrupted file), ``unopenable``, ``too-big`` (a value over
+    sqlite's limit: the file is fine), or ``other``."""
     if isinstance(exc, OSError):
         return {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "read-only", errno.EACCES: "read-only",
                 errno.EPERM: "read-only"}.get(exc.errno, "other")
@@ -364,6 +365,8 @@ def kind_of(exc: BaseException) -> str:
         return "damaged"
     if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
         return "unopenable"
+    if name.startswith("SQLITE_TOOBIG") or "too big" in text:
+        return "too-big"
     return "other"
 
 
@@ -381,6 +384,9 @@ def cache_problem(exc: BaseException, directory: Path) -> str:
         return (f"the cache folder cannot be written ({exc}): make it writable, point --socialbias-cache-dir at a "
                 "writable folder, replay it as it is with --socialbias-record=none, or run without a cache "
                 "(--socialbias-record=off)")
+    if kind == "too-big":
+        return (f"an answer is too big to record ({exc}): the cache is fine; lower the model spec's "
+                "?max_answer_bytes= (default 1 MB) so that such an answer is an error before it is recorded")
     if kind == "damaged":
         return (f"the cache file {directory / CACHE_FILE} is damaged ({exc}): run `python -m pytest_socialbias cache "
                 f"verify --repair --cache-dir {directory}` to salvage what is readable into a new file, or delete it "

@@ -417,3 +417,22 @@ def test_text_from_models_and_servers_is_printed_escaped(pytester, keys):
     ElementTree.fromstring(xml)  # well-formed
     assert [c for c in RAW_CONTROLS if c in xml] == [] and "#x1B" not in xml
     assert "\\x1b[2J" in xml and "bad\\x1b[31m request" in xml
+
+
+def test_an_answer_too_big_for_sqlite_says_so_not_that_the_cache_cannot_open(tmp_path):
+    """With the cap raised past what sqlite stores, the error is about the answer, and the
+    fix the cap: not "cannot open the cache", which sent users to another folder."""
+    import sqlite3
+
+    from pytest_socialbias.cache import CallCache
+    from pytest_socialbias.errors import CacheError
+
+    cache = CallCache(tmp_path, "new")
+    if not hasattr(cache._db, "setlimit"):
+        pytest.skip("sqlite3.Connection.setlimit needs Python 3.11")
+    cache._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 10_000)  # sqlite's limit, lowered to fit a test
+    with pytest.raises(CacheError) as caught:
+        cache.put("k", "target", {"provider": "openai", "model": "m"}, {"text": "x" * 20_000})
+    message = str(caught.value)
+    assert message.startswith("an answer is too big to record (") and "?max_answer_bytes=" in message
+    assert "cannot open" not in message
