@@ -562,10 +562,17 @@ class Model:
         try:
             if not checking:
                 await self.settings.ensure_checked(self)
-            response, sent = await self._send(request, adaptive_budget, counters, learn_budget=checking)
-            if cache is not None:
-                cache.put(key, self.role, request, response.to_dict(), sent)
-                response = dataclasses.replace(response, cache_key=key)
+            # Another process asking it now (a second run or worker on this cache): its answer.
+            recorded = await cache.claim(key) if cache is not None else None
+            if recorded is not None:
+                response = dataclasses.replace(ChatResponse.from_dict(recorded), cache_key=key, replayed=True)
+                for counter in counters:
+                    counter.add(self.role, True, response)
+            else:
+                response, sent = await self._send(request, adaptive_budget, counters, learn_budget=checking)
+                if cache is not None:
+                    cache.put(key, self.role, request, response.to_dict(), sent)  # ends the claim
+                    response = dataclasses.replace(response, cache_key=key)
             answered.set_result(response)
         except asyncio.CancelledError:
             answered.cancel()
@@ -577,6 +584,8 @@ class Model:
         finally:
             if key is not None:
                 in_flight.pop(key, None)
+            if cache is not None:
+                cache.release(key)  # a failed or cancelled call's claim
         return split_thinking(response)
 
     async def _send(self, request: dict, adaptive_budget: bool, counters, learn_budget: bool = False):
