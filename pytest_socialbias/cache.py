@@ -384,12 +384,15 @@ async def take_lock(lock) -> None:
 
 
 def _stale_claim(pid: int, host: str, created: float, now: float) -> bool:
-    """Whether a claim's process is gone (on this machine: no such process) or the claim
-    is older than any call takes."""
+    """Whether a claim's process is gone (on this machine: no such process, or this one:
+    a killed process whose number this one got, or an earlier run in this process) or
+    the claim is older than any call takes."""
     if now - created > CLAIM_STALE_S:
         return True
     if host != socket.gethostname():
         return False
+    if pid == os.getpid():
+        return True  # not this CallCache's (its owner differs), so nothing asks it any more
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -66,10 +66,17 @@ def _dead_pid() -> int:
 def test_a_claim_is_waited_for_released_or_taken_over(tmp_path):
     one, other = CallCache(tmp_path, "new"), CallCache(tmp_path, "new")
     request = {"provider": "openai", "model": "m"}
+    # Two caches of one process stand for two processes: `one`'s claims name a live
+    # process of their own (a claim of this very process's number is an earlier run's).
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+    def as_another_process(key):
+        one._execute("UPDATE claims SET pid = ? WHERE key = ?", (alive.pid, key))
 
     async def go():
         # One process asks; the other waits for its answer instead of asking too.
         assert await one.claim("k1") is None
+        as_another_process("k1")
         waiting = asyncio.create_task(other.claim("k1"))
         await asyncio.sleep(0.3)
         assert not waiting.done()
@@ -77,6 +84,7 @@ def test_a_claim_is_waited_for_released_or_taken_over(tmp_path):
         assert await asyncio.wait_for(waiting, 2) == {"text": "answer"}
         # A claim given up without an answer (the call failed): the waiter asks.
         assert await one.claim("k2") is None
+        as_another_process("k2")
         waiting = asyncio.create_task(other.claim("k2"))
         await asyncio.sleep(0.3)
         one.release("k2")
@@ -85,9 +93,17 @@ def test_a_claim_is_waited_for_released_or_taken_over(tmp_path):
         one._execute("INSERT INTO claims VALUES ('k3', 'killed', ?, ?, ?)", (_dead_pid(), socket.gethostname(),
                                                                              time.time()))
         assert await asyncio.wait_for(other.claim("k3"), 2) is None and "k3" in other._claimed
+        # A claim left by an earlier run in this very process is taken over too.
+        one._execute("INSERT INTO claims VALUES ('k4', 'earlier', ?, ?, ?)", (os.getpid(), socket.gethostname(),
+                                                                              time.time()))
+        assert await asyncio.wait_for(other.claim("k4"), 2) is None
         # A replay claims nothing.
-        assert await CallCache(tmp_path, "none").claim("k4") is None
+        assert await CallCache(tmp_path, "none").claim("k5") is None
 
-    asyncio.run(go())
+    try:
+        asyncio.run(go())
+    finally:
+        alive.kill()
+        alive.wait()
     left = {row[0] for row in one._execute("SELECT key FROM claims")}
-    assert left == {"k2", "k3"}  # held by `other`, which asks them
+    assert left == {"k2", "k3", "k4"}  # held by `other`, which asks them
