@@ -28,6 +28,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def readable_text(value: str, field_name: str, repaired: list) -> str:
     """``value`` with any lone surrogate replaced by U+FFFD (noted in ``repaired``): it
     could not be written to the cache or a report otherwise."""
+    if value.isascii():
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -46,8 +48,10 @@ def token_count(value, field_name: str, repaired: list) -> int | None:
 
 def optional_text(value, field_name: str, repaired: list) -> str | None:
     """A short text field (a model name): text, else None (noted in ``repaired``)."""
-    if value is None or isinstance(value, str):
-        return value if value is None else readable_text(value, field_name, repaired)
+    if value is None or (type(value) is str and value.isascii()):
+        return value
+    if isinstance(value, str):
+        return readable_text(value, field_name, repaired)
     repaired.append(field_name)
     return None
 
