@@ -1,8 +1,10 @@
 """The role-bound model client: spec + backend + cache + concurrency limit + counters.
 
 ``Model.chat`` is the single door to a model: every call is keyed, looked up in the
-record/replay cache, rate-limited by the process-wide semaphore, sent through the backend
-(whose SDK retries transient failures with backoff, honouring Retry-After), checked, and
+record/replay cache (and claimed there, so that another process asking it at once waits
+for its answer), rate-limited by the process-wide semaphore, sent through the backend
+(whose SDK retries transient failures with backoff, honouring Retry-After) within the
+bounds of guard.py (a deadline, the endpoint's circuit, a size cap), checked, and
 recorded. A call that still fails raises ModelCallError with the reason.
 
 Endpoint checks: before the first request of a run goes to an HTTP endpoint, each role
