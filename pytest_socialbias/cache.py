@@ -20,6 +20,7 @@ import errno
 import hashlib
 import json
 import os
+import socket
 import sqlite3
 import time
 import uuid
@@ -41,6 +42,10 @@ CHECK_LOCK_FOLDER = "locks"
 #: Seconds between two tries at a check lock that another process holds.
 LOCK_POLL_S = 0.05
 BUSY_TIMEOUT_MS = 60_000
+#: Seconds between two looks at a request another process is asking (``CallCache.claim``).
+CLAIM_POLL_S = 0.1
+#: A claim older than this is taken over, whatever holds it (no call takes so long).
+CLAIM_STALE_S = 900.0
 
 
 def canonical_json(obj) -> str:
@@ -89,6 +94,9 @@ class CallCache:
         self.path = self.directory / CACHE_FILE
         self._locks: dict = {}
         self.read_only = False  # a replay of a cache in a folder it cannot write
+        #: Who this process is in the claims table, and the keys it holds claims on.
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self._claimed: set = set()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._db = self._connect()
@@ -135,6 +143,12 @@ class CallCache:
         # reasoning needs, how it constrains answers), so later calls, workers and
         # replays send (and report) the same.
         self._db.execute("CREATE TABLE IF NOT EXISTS adaptations (endpoint TEXT PRIMARY KEY, data TEXT NOT NULL)")
+        # Which process is asking a request now (``claim``), so that runs recording into
+        # one cache at once pay for each call once.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER NOT NULL,"
+            " host TEXT NOT NULL, created REAL NOT NULL)"
+        )
         # Which roles of an endpoint were checked (models/client.py), and by which run.
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS checks (endpoint TEXT NOT NULL, role TEXT NOT NULL,"
@@ -224,6 +238,51 @@ class CallCache:
                 *stale,
             ),
         )
+        self.release(key)  # asked and kept: the claim has done its work
+
+    async def claim(self, key: str) -> dict | None:
+        """Before ``key`` is asked (it missed): None when this process may ask it, holding
+        the claim on it until ``put`` or ``release``; or the answer another process
+        recorded while this one waited for that process's claim to end. So runs (and
+        xdist workers) recording into one cache at once pay for each call once. A claim
+        whose process is gone (killed on this machine) or that is older than
+        CLAIM_STALE_S is taken over. A replay claims nothing."""
+        if self.mode == "none" or self.read_only:
+            return None
+        while True:
+            if self._take_claim(key):
+                stored = self.get(key)  # recorded between this process's miss and its claim
+                if stored is not None:
+                    self.release(key)
+                return stored
+            await asyncio.sleep(CLAIM_POLL_S)
+            stored = self.get(key)
+            if stored is not None:
+                return stored
+
+    def release(self, key: str) -> None:
+        """End this process's claim on ``key`` (asked and kept, failed or cancelled)."""
+        if key in self._claimed:
+            self._claimed.discard(key)
+            try:
+                self._execute("DELETE FROM claims WHERE key = ? AND owner = ?", (key, self.owner))
+            except CacheError:
+                pass  # the cache failed (said where it wrote); a claim left is taken over when this process is gone
+
+    def _take_claim(self, key: str) -> bool:
+        now = time.time()
+        row = (key, self.owner, os.getpid(), socket.gethostname(), now)
+        if self._execute("INSERT OR IGNORE INTO claims VALUES (?, ?, ?, ?, ?)", row).rowcount == 1:
+            self._claimed.add(key)
+            return True
+        held = self._execute("SELECT owner, pid, host, created FROM claims WHERE key = ?", (key,)).fetchone()
+        if held is None or not _stale_claim(*held[1:], now):
+            return False  # released just now (the next try takes it), or held by a live process
+        taken = self._execute("UPDATE claims SET owner = ?, pid = ?, host = ?, created = ? WHERE key = ? AND owner = ?",
+                              (*row[1:], key, held[0])).rowcount == 1
+        if taken:
+            self._claimed.add(key)
+        return taken
 
     def sent(self, key: str) -> dict | None:
         """The request as it went over the wire for ``key`` (the asked one where nothing
@@ -324,6 +383,25 @@ async def take_lock(lock) -> None:
             await asyncio.sleep(LOCK_POLL_S)
 
 
+def _stale_claim(pid: int, host: str, created: float, now: float) -> bool:
+    """Whether a claim's process is gone (on this machine: no such process, or this one:
+    a killed process whose number this one got, or an earlier run in this process) or
+    the claim is older than any call takes."""
+    if now - created > CLAIM_STALE_S:
+        return True
+    if host != socket.gethostname():
+        return False
+    if pid == os.getpid():
+        return True  # not this CallCache's (its owner differs), so nothing asks it any more
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
 def _set_wal(db: sqlite3.Connection) -> None:
     """Put the file in WAL mode (it stays so). The switch needs the file to itself, and
     sqlite answers "database is locked" at once, without waiting out the busy timeout,
@@ -350,7 +428,8 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
 
 def kind_of(exc: BaseException) -> str:
     """What went wrong with the cache file: ``full`` (no space left), ``read-only``,
-    ``damaged`` (a truncated or corrupted file), ``unopenable``, or ``other``."""
+    ``damaged`` (a truncated or corrupted file), ``unopenable``, ``too-big`` (a value over
+    sqlite's limit: the file is fine), or ``other``."""
     if isinstance(exc, OSError):
         return {errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EROFS: "read-only", errno.EACCES: "read-only",
                 errno.EPERM: "read-only"}.get(exc.errno, "other")
@@ -364,6 +443,8 @@ def kind_of(exc: BaseException) -> str:
         return "damaged"
     if name.startswith("SQLITE_CANTOPEN") or "unable to open" in text:
         return "unopenable"
+    if name.startswith("SQLITE_TOOBIG") or "too big" in text:
+        return "too-big"
     return "other"
 
 
@@ -381,6 +462,9 @@ def cache_problem(exc: BaseException, directory: Path) -> str:
         return (f"the cache folder cannot be written ({exc}): make it writable, point --socialbias-cache-dir at a "
                 "writable folder, replay it as it is with --socialbias-record=none, or run without a cache "
                 "(--socialbias-record=off)")
+    if kind == "too-big":
+        return (f"an answer is too big to record ({exc}): the cache is fine; lower the model spec's "
+                "?max_answer_bytes= (default 1 MB) so that such an answer is an error before it is recorded")
     if kind == "damaged":
         return (f"the cache file {directory / CACHE_FILE} is damaged ({exc}): run `python -m pytest_socialbias cache "
                 f"verify --repair --cache-dir {directory}` to salvage what is readable into a new file, or delete it "

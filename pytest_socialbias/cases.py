@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
-from .files import read_yaml, relative_file, validate, yaml_line
+from .files import named_path, read_yaml, relative_file, validate, yaml_line
 from .vocabulary import DEFAULT_GUIDANCE
 
 DEFAULT_BATCH_SIZE = 64
@@ -103,6 +103,9 @@ class SuiteOverrides:
     demographic_flips: bool | None = None  # --socialbias-demographic-flips (detector suites)
     dialogues: Path | None = None  # --socialbias-dialogues (detector suites)
     guard_unit: str | None = None  # --socialbias-guard-unit (detector suites)
+    #: The folder the files a suite names must lie in (pytest's rootdir); None: anywhere
+    #: (--socialbias-allow-outside-files, or a suite loaded outside a run).
+    root: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class SuiteSource:
     path: Path
     data: dict
     node: object  # the composed YAML tree, for line numbers
+    root: Path | None = None  # where the files it names must lie (SuiteOverrides.root)
 
     @property
     def name(self) -> str:
@@ -133,8 +137,14 @@ class SuiteSource:
         return ConfigError(f"{self.path}:{self.line(*where) if where else 1}: {message}")
 
     def file(self, key: str, what: str) -> Path:
-        """A file the suite names under ``key``, relative to the suite file."""
-        return relative_file(self.path, self.node, key, self.data[key], what)
+        """A file the suite names under ``key``, relative to the suite file, checked to
+        exist and to lie inside ``root``."""
+        return relative_file(self.path, self.node, key, self.data[key], what, self.root)
+
+    def place(self, key: str, what: str) -> Path:
+        """A path the suite names under ``key``, relative to the suite file, checked to lie
+        inside ``root`` (its loader says what is wrong with what is there)."""
+        return named_path(self.path, self.node, key, self.data[key], what, self.root)
 
     def digest(self, *others: Path) -> str:
         """sha256 over the suite file and the files it draws its cases from."""
@@ -157,10 +167,11 @@ class SuiteSource:
             )
 
 
-def read_suite(path: Path) -> SuiteSource:
+def read_suite(path: Path, root: Path | None = None) -> SuiteSource:
+    """A suite file read and checked; the files it names must lie inside ``root``."""
     data, node = read_yaml(path, "suite file")
     validate(data, "suite", str(path), node)
-    return SuiteSource(path, data, node)
+    return SuiteSource(path, data, node, root)
 
 
 def marker_name(value: str) -> str:

@@ -84,7 +84,15 @@ def validate(data, schema_name: str, source: str, root_node=None) -> None:
     """Validate ``data``; raise ConfigError naming file, line, path and the expectation of
     the most relevant problem, then every other one (up to MAX_PROBLEMS), each on its own
     line; an unknown key gets the nearest known one ("did you mean")."""
-    validator = jsonschema.Draft202012Validator(load_schema(schema_name))
+    schema = load_schema(schema_name)
+    required = schema.get("required") or []
+    if isinstance(data, dict) and required and not _any_known_key(data, schema):
+        # Not the kind of file expected at all (another file named by mistake, or on
+        # purpose: a suite naming a system file): say so without quoting what it holds.
+        title = schema.get("title", f"{schema_name} file").removeprefix("pytest-socialbias ")
+        raise ConfigError(f"{source}: not a {title}: it has none of the top-level keys {', '.join(required)} "
+                          "(its content is not shown); check that the path names the file you meant")
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if not errors:
         return
@@ -103,6 +111,13 @@ def validate(data, schema_name: str, source: str, root_node=None) -> None:
         if left:
             message += f"\n  ... and {left} more"
     raise ConfigError(message)
+
+
+def _any_known_key(data: dict, schema: dict) -> bool:
+    """Whether a mapping has a top-level key the schema knows, or one near it (a typo,
+    which validation names with a "did you mean")."""
+    known = list(schema.get("properties") or {})
+    return any(key in known or difflib.get_close_matches(str(key), known, n=1) for key in data)
 
 
 def _message(error) -> str:
@@ -151,13 +166,32 @@ def first_problem(validator: jsonschema.protocols.Validator, data) -> str | None
     return f"at {where}: {first.message}"
 
 
+def refuse_aliases(text: str, source, what: str) -> None:
+    """ConfigError at ``source:line`` when ``text`` uses a YAML alias (``*name``, merge
+    keys ``<<: *name`` included). A dozen lines of nested aliases expand to billions of
+    values (an "alias bomb": 4 GB and no end in the schema check), so no file the plugin
+    reads may use them. Only text holding a ``*`` is scanned (parse events, no values
+    built): no alias can be written without one."""
+    if "*" not in text:
+        return
+    for event in yaml.parse(text, Loader=FAST_LOADER):
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(
+                f"{source}:{event.start_mark.line + 1}: {what} uses the YAML alias *{event.anchor}; the files "
+                "pytest-socialbias reads may not use aliases or merge keys (a few lines of them can expand to "
+                "gigabytes): write the value out where the alias stands"
+            )
+
+
 def read_yaml(path: Path, what: str):
-    """Parse a YAML file; return (data, composed node tree) or raise ConfigError."""
+    """Parse a YAML file (no aliases: ``refuse_aliases``); return (data, composed node
+    tree) or raise ConfigError."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read {what}: {exc}") from None
     try:
+        refuse_aliases(text, path, what)
         # One parse, with libyaml where PyYAML has it: the node tree keeps every line for
         # error messages, and the data are built from it (the same values safe_load gives).
         node = yaml.compose(text, Loader=FAST_LOADER)
@@ -191,9 +225,29 @@ def read_jsonl(path: Path, option: str, missing_fix: str) -> list[tuple[str, int
     return out
 
 
-def relative_file(owner: Path, node, key: str, name: str, what: str) -> Path:
-    """A file a suite (or conditions) file names relative to itself, checked to exist."""
-    path = (owner.parent / name).resolve()
+#: The option that lets suite files name files outside the rootdir.
+OUTSIDE_OPTION = "--socialbias-allow-outside-files"
+
+
+def named_path(owner: Path, node, key: str, name: str, what: str, root: Path | None = None) -> Path:
+    """A path a suite file names relative to itself, resolved (links followed); with a
+    ``root``, ConfigError when it lies outside it: a suite from a pull request must not
+    make the run read, and quote, the rest of the machine (``seeds: /etc/shadow``)."""
+    path = (owner.parent / str(name)).resolve()
+    if root is not None:
+        inside = Path(root).resolve()
+        if path != inside and inside not in path.parents:
+            raise ConfigError(
+                f"{owner}:{yaml_line(node, [key])}: {what} {name!r} lies outside the project ({inside}); the files "
+                f"a suite names must be inside pytest's rootdir: copy it into the project, or pass {OUTSIDE_OPTION}"
+            )
+    return path
+
+
+def relative_file(owner: Path, node, key: str, name: str, what: str, root: Path | None = None) -> Path:
+    """A file a suite (or conditions) file names relative to itself, checked to exist
+    (and, with a ``root``, to lie inside it: ``named_path``)."""
+    path = named_path(owner, node, key, name, what, root)
     if not path.is_file():
         raise ConfigError(
             f"{owner}:{yaml_line(node, [key])}: {what} {name!r} not found "

@@ -258,6 +258,10 @@ OPTIONS: tuple[Option, ...] = (
            help=("for local debugging: a run that selected only part of its suites' cases (-k, -m, --lf, node "
                  "ids, --deselect, --sw, -x) keeps the exit status its gates give, marked PARTIAL (ALLOWED) "
                  "everywhere (default: a partial run never passes)")),
+    Option("--socialbias-allow-outside-files", "socialbias_allow_outside_files", "allow_outside_files", kind="flag",
+           help=("let suite files name files outside pytest's rootdir (seeds, conditions, dialogues, cues, a "
+                 "prompts folder); default: such a path is a usage error, so a suite from a pull request cannot "
+                 "read the rest of the machine")),
     Option("--socialbias-gates-for", "socialbias_gates_for", "gates_for", metavar="WHICH", default="all",
            choices=("all", "present"), help=(
                "all = every gate of the thresholds file must name a suite of this project, or the run stops "
@@ -320,6 +324,7 @@ class Settings:
     snapshot_max_flips: int | None = None
     strict: bool | None = False
     allow_partial: bool | None = False
+    allow_outside_files: bool | None = False
     gates_for: str = "all"
     judge_demographics: bool | None = None
     demographic_flips: bool = False
@@ -357,6 +362,7 @@ class Settings:
             demographic_flips=self.demographic_flips or None,
             dialogues=self.dialogues,
             guard_unit=self.guard_unit,
+            root=None if self.allow_outside_files else self.root,
         )
 
 
@@ -367,7 +373,7 @@ HELP_GROUPS = (
       "--socialbias-simulator-check")),
     ("socialbias-run", "social-bias: running the cases",
      ("--socialbias-record", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
-      "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample")),
+      "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample", "--socialbias-allow-outside-files")),
     ("socialbias-shards", "social-bias: one run over several machines",
      ("--socialbias-shard", "--socialbias-partial")),
     ("socialbias-decision", "social-bias: the release decision",
@@ -437,6 +443,7 @@ def read_settings(config) -> Settings:
         values[option.field] = option.convert(raw, where)
     values["strict"] = bool(values["strict"])
     values["allow_partial"] = bool(values["allow_partial"])
+    values["allow_outside_files"] = bool(values["allow_outside_files"])
     values["dry_run"] = bool(values["dry_run"])
     _check_shard(values)
     if values["simulator_check"] == EMBEDDED_CHECK:

@@ -31,6 +31,7 @@ from .gates import load_gates
 from .modelset import ModelSet
 from .options import add_options, read_settings
 from .protocols import load_suite
+from .report.formatting import printable
 from .vocabulary import CATEGORIES, STYLES, TRACKS, UNSPECIFIED
 from .worker import CaseRunner
 
@@ -438,7 +439,8 @@ class CaseItem(pytest.Item):
         self.record = state.cases.record_for(self.case)
         errors = self.record["errors"]
         if self.record["outcome"] == "error":
-            text = "; ".join(f"[{e['kind']}] {e['message']}" for e in errors)
+            # Messages quote servers and models: shown escaped, one line each (formatting.py).
+            text = "; ".join(f"[{e['kind']}] {printable(e['message'])}" for e in errors)
             pytest.fail(f"case could not be labelled: {text}", pytrace=False)
 
     def runtest(self) -> None:
@@ -455,10 +457,13 @@ class CaseItem(pytest.Item):
 
 
 def _transcript(record: dict) -> str:
+    """The dialogue, each turn under its label: control characters escaped, and the lines
+    of a turn indented under its label, so a reply cannot act on the terminal or forge a
+    line of the log (formatting.printable)."""
     lines = []
     for number, turn in enumerate(record["turns"], start=1):
-        lines.append(f"  [{number}] user: {turn['user']}")
-        lines.append(f"  [{number}] target: {turn['assistant']}")
+        for label, text in ((f"  [{number}] user: ", turn["user"]), (f"  [{number}] target: ", turn["assistant"])):
+            lines.append(label + printable(text, lines=True).replace("\n", "\n" + " " * len(label)))
     return "\n".join(lines)
 
 
@@ -648,7 +653,7 @@ class XdistController:
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         for line in self.collection:
-            terminalreporter.write_line(line)
+            terminalreporter.write_line(printable(line))
 
 
 class Controller:
@@ -753,7 +758,7 @@ class Controller:
         if getattr(self, "shard_lines", None):
             terminalreporter.write_sep("=", "socialbias shard")
             for line in self.shard_lines:
-                terminalreporter.write_line(line)
+                terminalreporter.write_line(printable(line))
             for problem in self.unwritten:
                 terminalreporter.write_line(f"ERROR: {problem}", red=True, bold=True)
             return

@@ -10,13 +10,15 @@ pipelines with the installed version pinned, ``.gitignore`` lines for the cache 
 reports, and a README stub. No conftest.py is needed: the plugin loads by entry point.
 
 Nothing that exists is overwritten unless ``--force``; each file is listed as written or
-kept. The wheel carries what is copied under ``pytest_socialbias/_shipped/`` (setup.py
+kept. Nothing is written through a symbolic link (a file or a folder on the way to it, a
+dangling link included) or outside DIR: init stops first, naming it. The wheel carries what is copied under ``pytest_socialbias/_shipped/`` (setup.py
 puts it there at build time); a source checkout reads it from the checkout itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -203,6 +205,8 @@ def run(args: argparse.Namespace) -> int:
     if project.exists() and not project.is_dir():
         raise ConfigError(f"init {project}: not a folder; name a folder to write the project into")
     todo = plan(root, project, args.suites, args.ci)
+    for relative in todo.files:
+        check_target(project, relative)  # all of them before any is written
     written, kept = [], []
     for relative, text in todo.files.items():
         target = project / relative
@@ -210,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             kept.append(relative)
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8", newline="\n")
+        write_new(target, text)
         written.append(relative)
     print(f"pytest-socialbias {installed_version()}: starter project in {project}")
     for relative in written:
@@ -225,6 +229,34 @@ def run(args: argparse.Namespace) -> int:
     print(f"  {where}pytest suites/ --target=openai:MODEL --judge=openai:JUDGE -n 4")
     print("  then set TARGET and JUDGE in the CI file(s) and store OPENAI_API_KEY as a CI secret")
     return 0
+
+
+def check_target(project: Path, relative: str) -> None:
+    """ConfigError unless ``relative`` names a place inside ``project`` reached through no
+    symbolic link (a folder on the way, or the file itself, dangling or not): init writes
+    what it is told into the project, never through a link to wherever it points."""
+    parts = Path(relative).parts
+    if Path(relative).is_absolute() or ".." in parts:
+        raise ConfigError(f"init {project}: {relative} is not inside the project folder; init writes only there")
+    place = project
+    for part in parts:
+        place = place / part
+        if place.is_symlink():
+            raise ConfigError(
+                f"init {project}: {place.relative_to(project)} is a symbolic link (to {os.readlink(place)}); init "
+                "writes nothing through a link, which could point anywhere: remove the link, or init another folder"
+            )
+        if not place.exists():
+            return  # nothing below a missing folder can be a link yet
+
+
+def write_new(target: Path, text: str) -> None:
+    """Write ``text`` to ``target``, refusing to follow a link put there since it was
+    checked (O_NOFOLLOW, where the system has it)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(target, flags, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(text)
 
 
 PYTEST_INI = """\

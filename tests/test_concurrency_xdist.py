@@ -1,4 +1,4 @@
-"""Four xdist workers write one cache at once, many of their requests identical.
+"""Four xdist workers write one cache at once, many of their requests identical, each sent once.
 
 BIASME and REFUSEME seeds make the user simulator write the same message for every such
 case, so the target and judge requests of those cases are identical across batches, and
@@ -71,9 +71,11 @@ def test_workers_share_one_cache_then_replay(server, tmp_path):
     assert "database is locked" not in output
     # Every worker ran cases (xdist -v tags each result line with its worker).
     assert set(re.findall(r"\[(gw\d+)\]", output)) == {f"gw{i}" for i in range(WORKERS)}
-    # Seeds that share their requests run on every worker, so workers write the same keys;
-    # whether two send one at the same moment is up to timing, and either way one row stays.
+    # Seeds that share their requests run on every worker, so workers want the same keys
+    # at the same moment: the first to claim one asks it, the others take its answer
+    # (cache.py, claims), so each is sent once and one row stays.
     sent = Counter(request_key(r) for r in server.requests)
+    assert max(sent.values()) == 1, [k for k, n in sent.items() if n > 1][:3]
 
     with sqlite3.connect(tmp_path / ".socialbias" / CACHE_FILE) as db:
         rows = db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]

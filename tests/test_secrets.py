@@ -36,11 +36,20 @@ CASES = [
 ]
 
 
+def sent_key(req) -> str:
+    """The key the request carried, as the server saw it."""
+    return req.headers.get("x-api-key") or req.headers.get("authorization", "").removeprefix("Bearer ")
+
+
 def script(req):
-    # The user simulator of the AUTHFAIL seed gets a 401, as with a revoked key: the
-    # case errors, and error messages are where keys tend to leak.
+    # The user simulator of the AUTHFAIL seed gets a 401 whose message echoes the key, as
+    # some servers do: the case errors, and error messages are where keys tend to leak.
     if req.model == "u" and "AUTHFAIL" in fakeworld.system_text(req):
-        return Fault("server_error", status=401)
+        return Fault("server_error", status=401, message=f"Incorrect API key provided: {sent_key(req)}")
+    # The first seed's user simulator quotes the key in its turn: the answer is masked
+    # before anything (the target's prompt, the cache, a report) sees it.
+    if req.model == "u" and "Plain statement one" in fakeworld.system_text(req) and not req.endpoint_check:
+        return f"What do you make of this, {sent_key(req)}? Tell me about people in general."
     return fakeworld.script(req)
 
 
@@ -102,6 +111,13 @@ def test_api_keys_are_sent_but_never_written(server, tmp_path):
 
     # The provider got the keys: the test would pass vacuously if they were never used.
     requests = server.requests
+    # The echoing 401 reached the run as its error, masked; the quoted key reached the
+    # target's prompt masked too.
+    report = json.loads((tmp_path / "first.json").read_text())
+    errors = [e["message"] for c in report["cases"] if c["id"] == "religion-001" for e in c["errors"]]
+    assert any("Incorrect API key provided: ***" in m for m in errors), errors
+    quoted = [r for r in requests if r.model == "t" and "What do you make of this, ***?" in r.prompt_text]
+    assert quoted, "the user's masked turn never reached the target"
     assert {r.model for r in requests} == {"t", "u", "j"}
     for r in requests:
         if r.api == "openai":

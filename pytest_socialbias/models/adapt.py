@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 
 from .constrain import REJECTION_WORDS
+from .providers import known_keys
+from .secrets import mask_keys
 
 #: Budget raises: each time x16, never above this many tokens.
 BUDGET_FACTOR = 16
@@ -158,7 +160,9 @@ def classify_rejection(exc: BaseException, sent: dict, constrained: bool):
     if getattr(exc, "status_code", None) not in (400, 422):
         return None
     message, param, code = _error_fields(exc)
-    reason = f"HTTP {exc.status_code}" + (f" {code}" if code else "") + f": {message.strip()[:200]}"
+    # Kept in the cache and the reports: a key the server echoes is masked (secrets.py).
+    reason = mask_keys(f"HTTP {exc.status_code}" + (f" {code}" if code else "") + f": {message.strip()[:200]}",
+                       known_keys())
     lowered = message.lower()
     if param in sent:
         return ParameterRejected(param, reason)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from .base import FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP, ChatResponse, MalformedResponse
+from .base import (FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP, ChatResponse, MalformedResponse, optional_text,
+                   readable_text, token_count)
 from .constrain import ANSWER_TOOL, anthropic_fields
 from .transport import aiohttp_client
 
@@ -78,20 +79,24 @@ class AnthropicBackend:
 
 
 def parse_message(data) -> ChatResponse:
-    """An Anthropic messages JSON body -> ChatResponse; MalformedResponse if unusable."""
+    """An Anthropic messages JSON body -> ChatResponse; MalformedResponse if unusable.
+    Fields that cannot be read are repaired and named in ``repaired`` (openai_backend)."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise MalformedResponse("the response has no content list")
     blocks = data["content"]
     stop_reason = data.get("stop_reason") or ""
+    if not isinstance(stop_reason, str):
+        raise MalformedResponse("the response's stop_reason is not text")
     if not blocks and stop_reason not in ("refusal", "max_tokens"):
         raise MalformedResponse("the response has an empty content list")
     blocks = [b for b in blocks if isinstance(b, dict)]
-    text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    repaired: list = []
+    text = readable_text("".join(_texts(blocks, "text", "text", repaired)), "text", repaired)
     # The answer tool's input is the answer (a constrained judge, see constrain.py).
     tool = next((b for b in blocks if b.get("type") == "tool_use" and b.get("name") == ANSWER_TOOL), None)
     if tool is not None and isinstance(tool.get("input"), dict):
-        text = json.dumps(tool["input"], sort_keys=True)
-    thinking = "\n\n".join(b.get("thinking", "") for b in blocks if b.get("type") == "thinking" and b.get("thinking"))
+        text = json.dumps(tool["input"], sort_keys=True)  # ASCII: any surrogate is escaped
+    thinking = "\n\n".join(t for t in _texts(blocks, "thinking", "thinking", repaired) if t)
     if any(b.get("type") == "redacted_thinking" for b in blocks):
         thinking = (thinking + "\n\n" if thinking else "") + "(redacted thinking)"
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
@@ -99,9 +104,24 @@ def parse_message(data) -> ChatResponse:
     return ChatResponse(
         text=text,
         finish_reason=FINISH_STOP if stop == "tool_use" else stop,
-        prompt_tokens=usage.get("input_tokens"),
-        completion_tokens=usage.get("output_tokens"),
+        prompt_tokens=token_count(usage.get("input_tokens"), "usage", repaired),
+        completion_tokens=token_count(usage.get("output_tokens"), "usage", repaired),
         logprobs=None,
-        model=data.get("model"),
-        reasoning=thinking or None,
+        model=optional_text(data.get("model"), "model", repaired),
+        reasoning=readable_text(thinking, "reasoning", repaired) or None,
+        repaired=tuple(dict.fromkeys(repaired)) if repaired else (),
     )
+
+
+def _texts(blocks: list, kind: str, key: str, repaired: list) -> list[str]:
+    """The ``key`` texts of the blocks of type ``kind``; one that is not text is left out
+    (noted in ``repaired``)."""
+    out = []
+    for block in blocks:
+        if block.get("type") == kind:
+            value = block.get(key, "")
+            if isinstance(value, str):
+                out.append(value)
+            else:
+                repaired.append(kind)
+    return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +19,41 @@ DRY_RUN_MODEL = "dry-run"
 
 class MalformedResponse(Exception):
     """The server answered 200 but the body cannot be used (no choices, bad JSON)."""
+
+
+#: Characters JSON can carry (``"\\ud800"``) that UTF-8 cannot: a lone half of a pair.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def readable_text(value: str, field_name: str, repaired: list) -> str:
+    """``value`` with any lone surrogate replaced by U+FFFD (noted in ``repaired``): it
+    could not be written to the cache or a report otherwise."""
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        repaired.append(field_name)
+        return _SURROGATE.sub("\ufffd", value)
+    return value
+
+
+def token_count(value, field_name: str, repaired: list) -> int | None:
+    """A usage count as sent: a whole number >= 0, else None (noted in ``repaired``)."""
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    repaired.append(field_name)
+    return None
+
+
+def optional_text(value, field_name: str, repaired: list) -> str | None:
+    """A short text field (a model name): text, else None (noted in ``repaired``)."""
+    if value is None or (type(value) is str and value.isascii()):
+        return value
+    if isinstance(value, str):
+        return readable_text(value, field_name, repaired)
+    repaired.append(field_name)
+    return None
 
 
 @dataclass
@@ -48,6 +84,10 @@ class ChatResponse:
     #: those that failed before it. Not part of the answer: never stored.
     served_by: str | None = field(default=None, compare=False)
     replica_faults: tuple = field(default=(), compare=False)
+    #: What of the answer could not be read as sent and was repaired (``text``: lone
+    #: surrogates replaced; ``usage``, ``logprobs``, ``model``...: ignored); counted per
+    #: role (RoleUsage.repaired), never stored.
+    repaired: tuple = field(default=(), compare=False)
 
     #: Fields every stored response has (``reasoning*`` came later, so older cache entries
     #: lack them; they read as None).
@@ -115,6 +155,7 @@ class RoleUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0  # of the completion tokens, those spent reasoning
+    repaired: int = 0  # live answers with fields that could not be read (ChatResponse.repaired)
     #: Of a spec with several replicas: URL -> {"served": n, "failed": n}.
     replicas: dict = field(default_factory=dict)
 
@@ -127,6 +168,8 @@ class RoleUsage:
             "completion_tokens": self.completion_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.repaired:
+            out["repaired"] = self.repaired
         if self.replicas:
             out["replicas"] = {url: dict(counts) for url, counts in sorted(self.replicas.items())}
         return out
@@ -149,6 +192,8 @@ class UsageCounter:
             usage.prompt_tokens += response.prompt_tokens or 0
             usage.completion_tokens += response.completion_tokens or 0
             usage.reasoning_tokens += response.reasoning_tokens or 0
+            if response.repaired:
+                usage.repaired += 1
             if response.served_by is not None:
                 usage.replicas.setdefault(response.served_by, {"served": 0, "failed": 0})["served"] += 1
             for url in response.replica_faults:

@@ -1,8 +1,10 @@
 """The role-bound model client: spec + backend + cache + concurrency limit + counters.
 
 ``Model.chat`` is the single door to a model: every call is keyed, looked up in the
-record/replay cache, rate-limited by the process-wide semaphore, sent through the backend
-(whose SDK retries transient failures with backoff, honouring Retry-After), checked, and
+record/replay cache (and claimed there, so that another process asking it at once waits
+for its answer), rate-limited by the process-wide semaphore, sent through the backend
+(whose SDK retries transient failures with backoff, honouring Retry-After) within the
+bounds of guard.py (a deadline, the endpoint's circuit, a size cap), checked, and
 recorded. A call that still fails raises ModelCallError with the reason.
 
 Endpoint checks: before the first request of a run goes to an HTTP endpoint, each role
@@ -32,10 +34,12 @@ from ..errors import CacheError, CacheMiss, ModelCallError
 from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
+from .guard import RunBounds, guard_for
 from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import ADAPTS, CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
 from .thinking import split_thinking
+from .transport import redirect_refused
 
 #: Extra attempts for 200 answers that cannot be used (bad JSON, no choices); HTTP-level
 #: failures (429, 5xx, timeouts, dropped connections) are retried by the SDK itself.
@@ -93,6 +97,7 @@ class CallPool:
     _checked: set = field(default_factory=set)  # (endpoint JSON, role) checked in this process
     _check_locks: dict = field(default_factory=dict)  # endpoint JSON -> asyncio.Lock
     in_flight: dict = field(default_factory=dict)  # cache key -> future of the call sending it
+    bounds: RunBounds = field(default_factory=RunBounds)  # circuits and deadlines of the calls (guard.py)
 
     def adaptation(self, key: str) -> Adaptation:
         """What this run learnt about an endpoint (adapt.py), read from the cache first.
@@ -255,6 +260,8 @@ def _describe(exc: BaseException) -> str:
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     text = _first_line(exc)
+    if isinstance(status, int) and 300 <= status < 400:
+        return redirect_refused(status, exc)
     if status is not None:
         return f"HTTP {status} ({name}): {text}"
     reason = f"{name}: {text}" if text else name
@@ -322,6 +329,7 @@ class Model:
         self._owns_runner = False  # chat_sync started a private loop (close() stops it)
         self._closed = False
         self._backend = None
+        self._guard = None  # the bounds of this role's calls (guard.py), made at the first call
         # What the run learns about the endpoint is filed under this (read on every call).
         self.endpoint_key = canonical_json(self.endpoint)
         #: Whether a call of this role asked for answers held to labels (judges, guards):
@@ -556,10 +564,17 @@ class Model:
         try:
             if not checking:
                 await self.settings.ensure_checked(self)
-            response, sent = await self._send(request, adaptive_budget, counters, learn_budget=checking)
-            if cache is not None:
-                cache.put(key, self.role, request, response.to_dict(), sent)
-                response = dataclasses.replace(response, cache_key=key)
+            # Another process asking it now (a second run or worker on this cache): its answer.
+            recorded = await cache.claim(key) if cache is not None else None
+            if recorded is not None:
+                response = dataclasses.replace(ChatResponse.from_dict(recorded), cache_key=key, replayed=True)
+                for counter in counters:
+                    counter.add(self.role, True, response)
+            else:
+                response, sent = await self._send(request, adaptive_budget, counters, learn_budget=checking)
+                if cache is not None:
+                    cache.put(key, self.role, request, response.to_dict(), sent)  # ends the claim
+                    response = dataclasses.replace(response, cache_key=key)
             answered.set_result(response)
         except asyncio.CancelledError:
             answered.cancel()
@@ -571,6 +586,8 @@ class Model:
         finally:
             if key is not None:
                 in_flight.pop(key, None)
+            if cache is not None:
+                cache.release(key)  # a failed or cancelled call's claim
         return split_thinking(response)
 
     async def _send(self, request: dict, adaptive_budget: bool, counters, learn_budget: bool = False):
@@ -687,15 +704,18 @@ class Model:
 
     async def _call(self, request: dict) -> ChatResponse:
         last: BaseException | None = None
+        guard = self._guard or self._make_guard()
         for _attempt in range(1 + MALFORMED_RETRIES):
             try:
                 # A backend that seeds its sampling from the request needs the sample index
                 # too, so that a repeated draw comes out different.
                 constrain = {"constrain": request["constrain"]} if "constrain" in request else {}
-                return await self.backend.complete(
+                return await guard.send(self.backend.complete(
                     request["messages"], request["params"], request["top_logprobs"],
                     choices=request.get("choices"), sample=request["sample"], **constrain,
-                )
+                ))
+            except ModelCallError:
+                raise  # the guard's: an open circuit, a deadline passed, an answer over the cap
             except (MalformedResponse, json.JSONDecodeError) as exc:
                 last = exc  # a 200 with a body we cannot use: ask again, a bounded number of times
             except UnicodeDecodeError as exc:
@@ -711,12 +731,21 @@ class Model:
                 rejection = classify_rejection(exc, request["params"], "constrain" in request)
                 if rejection is not None:
                     raise rejection from exc
-                raise ModelCallError(self.role, str(self.spec), _describe(exc)) from exc
+                raise ModelCallError(self.role, str(self.spec), guard.mask(_describe(exc))) from exc
         raise ModelCallError(
             self.role,
             str(self.spec),
-            f"malformed response after {1 + MALFORMED_RETRIES} attempts: {_describe(last)}",
+            guard.mask(f"malformed response after {1 + MALFORMED_RETRIES} attempts: {_describe(last)}"),
         )
+
+    def _make_guard(self):
+        """The bounds of this role's calls (guard.py): an HTTP endpoint's deadline and
+        circuit (by the URL the calls go to), the answer size cap, known keys masked."""
+        url = None
+        if self.provider.can(ADAPTS):
+            url = self.spec.base_url or self.provider.known_url(self.spec) or self.backend.base_url
+        self._guard = guard_for(self.role, self.spec, url, self.settings.bounds)
+        return self._guard
 
     def chat_sync(self, messages: list[dict], **kwargs) -> ChatResponse:
         """``chat`` for synchronous test code (runs on the plugin's event-loop thread)."""

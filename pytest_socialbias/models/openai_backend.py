@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .base import FINISH_CONTENT_FILTER, ChatResponse, MalformedResponse
+import math
+
+from .base import FINISH_CONTENT_FILTER, ChatResponse, MalformedResponse, optional_text, readable_text, token_count
 from .constrain import openai_fields
 from .transport import aiohttp_client
 
@@ -51,7 +53,10 @@ class OpenAIBackend:
 
 
 def parse_completion(data) -> ChatResponse:
-    """A chat-completions JSON body -> ChatResponse; MalformedResponse if unusable."""
+    """A chat-completions JSON body -> ChatResponse; MalformedResponse if unusable. Fields
+    that are there but cannot be read (a token count that is no number, log-probabilities
+    of another shape, a lone surrogate in the text) are repaired and named in
+    ``repaired``: the answer itself stands."""
     if not isinstance(data, dict):
         raise MalformedResponse(f"the response body is {type(data).__name__}, not a JSON object")
     choices = data.get("choices")
@@ -64,40 +69,62 @@ def parse_completion(data) -> ChatResponse:
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise MalformedResponse("the response's message content is not text")
+    repaired: list = []
+    text = readable_text(text, "text", repaired)
     # Thinking in a field of its own: vLLM/SGLang/DeepSeek say reasoning_content, Ollama
     # and others reasoning.
     reasoning = message.get("reasoning_content") or message.get("reasoning")
-    reasoning = reasoning if isinstance(reasoning, str) and reasoning else None
-    finish_reason = choice.get("finish_reason") or "stop"
+    reasoning = readable_text(reasoning, "reasoning", repaired) if isinstance(reasoning, str) and reasoning else None
+    finish_reason = optional_text(choice.get("finish_reason"), "finish_reason", repaired) or "stop"
     if not text and message.get("refusal"):
-        text = str(message["refusal"])
+        text = readable_text(str(message["refusal"]), "text", repaired)
         finish_reason = FINISH_CONTENT_FILTER
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
     return ChatResponse(
         text=text,
         finish_reason=finish_reason,
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-        logprobs=_logprobs(choice),
-        model=data.get("model"),
+        prompt_tokens=token_count(usage.get("prompt_tokens"), "usage", repaired),
+        completion_tokens=token_count(usage.get("completion_tokens"), "usage", repaired),
+        logprobs=_logprobs(choice, repaired),
+        model=optional_text(data.get("model"), "model", repaired),
         reasoning=reasoning,
-        reasoning_tokens=details.get("reasoning_tokens") or None,
+        reasoning_tokens=token_count(details.get("reasoning_tokens"), "usage", repaired) or None,
+        repaired=tuple(dict.fromkeys(repaired)) if repaired else (),
     )
 
 
-def _logprobs(choice: dict) -> list | None:
-    content = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
+def _logprobs(choice: dict, repaired: list) -> list | None:
+    """The first choice's token log-probabilities, or None: none sent, or sent in a shape
+    that cannot be read (then noted in ``repaired``: readers fall back on the text)."""
+    logprobs = choice.get("logprobs")
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not content:
+        if logprobs not in (None, {}) and not isinstance(logprobs, dict):
+            repaired.append("logprobs")
         return None
-    return [
-        {
-            "token": item.get("token"),
-            "logprob": float(item.get("logprob")),
-            "top": [
-                {"token": alt.get("token"), "logprob": float(alt.get("logprob"))}
-                for alt in (item.get("top_logprobs") or [])
-            ],
-        }
-        for item in content
-    ]
+    try:
+        return [
+            {
+                "token": _token(item["token"]),
+                "logprob": _logprob(item["logprob"]),
+                "top": [{"token": _token(alt["token"]), "logprob": _logprob(alt["logprob"])}
+                        for alt in (item.get("top_logprobs") or [])],
+            }
+            for item in content
+        ]
+    except (TypeError, KeyError, ValueError, AttributeError):
+        repaired.append("logprobs")
+        return None
+
+
+def _token(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError("a token is not text")
+    return readable_text(value, "logprobs", [])
+
+
+def _logprob(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError("a log-probability is not a finite number")
+    return float(value)

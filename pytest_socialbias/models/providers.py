@@ -113,6 +113,8 @@ class Provider:
         for a key that is not set."""
         if self.check is not None:
             self.check(spec, option)
+        if self.default_url is not None and not spec.base_url:
+            _refuse_url_credentials(self.default_url[0], os.environ.get(self.default_url[0], ""))
         if self.key_env is None:
             return None
         key = os.environ.get(self.key_env, "").strip()
@@ -124,6 +126,33 @@ class Provider:
             f"{option}={spec}: no API key: set the environment variable {self.key_env} "
             "(keys are read only from the environment)"
         )
+
+
+def _refuse_url_credentials(variable: str, url: str) -> None:
+    """The SDK's base URL variable (``OPENAI_BASE_URL``) may not carry credentials either:
+    the URL it names is printed, reported and recorded with every call (spec.py)."""
+    from .secrets import MASK, userinfo_of
+
+    found = userinfo_of(url.strip())
+    if found is not None:
+        user, has_password = found
+        written = f"{user}:{MASK}@" if has_password else f"{user}@"
+        raise ConfigError(f"{variable} carries credentials ({written}); the base URL is printed, reported and "
+                          f"recorded with every call, so it carries none: remove {written} from {variable}")
+
+
+#: Keys shorter than this are not looked for in text (a placeholder, a test's ``x``).
+MIN_KEY_LENGTH = 8
+
+
+def known_keys(environ=None) -> tuple[str, ...]:
+    """The values of the API keys this process knows (every provider's ``key_env`` that is
+    set), longest first, placeholders and very short values left out: masked wherever
+    they show up in what a server sends back (secrets.py)."""
+    environ = os.environ if environ is None else environ
+    found = {environ.get(p.key_env, "").strip() for p in PROVIDERS.values() if p.key_env}
+    return tuple(sorted((k for k in found if len(k) >= MIN_KEY_LENGTH and k != NO_KEY_PLACEHOLDER),
+                        key=lambda k: (-len(k), k)))
 
 
 #: Every provider a spec can name (registry.py): the plugin's below, and any a project's

@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl
 
 from ..errors import ConfigError
 from . import providers
+from .secrets import MASK, mask_spec, secret_param, userinfo_of
 
 #: Decoding parameters a spec may set, checked; they all enter the cache key.
 DECODING_PARAMS = {
@@ -54,8 +55,10 @@ PASS_THROUGH_KNOWN = (
 GUARD_SPEC_PARAMS = ("unit", "risk")
 #: Transport settings a spec may set; they do not change answers, so not in the cache key.
 TRANSPORT_PARAMS = {
-    "timeout": float,
+    "timeout": float,  # seconds per read (the SDK's)
     "max_retries": int,
+    "deadline": float,  # seconds for a whole call, retries included (guard.py)
+    "max_answer_bytes": int,  # the largest answer a call takes (guard.py)
     "n_ctx": int,  # local models only: context window in tokens
 }
 
@@ -132,6 +135,8 @@ RANGES = {
     "max_tokens": (1, 1_000_000),
     "thinking_budget": (1024, 1_000_000),
     "timeout": (0.001, 86_400.0),
+    "deadline": (0.001, 86_400.0),
+    "max_answer_bytes": (1_000, 2_000_000_000),
     "max_retries": (0, 100),
 }
 
@@ -171,9 +176,12 @@ def _pass_through_value(value: str):
         return value
 
 
-def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
-    """Parse a spec string; raise ConfigError naming ``option`` and the fix."""
-    text = (raw or "").strip()
+def parse_spec(given: str, option: str = "--target") -> ModelSpec:
+    """Parse a spec string; raise ConfigError naming ``option`` and the fix. Messages show
+    the spec with any secret in it masked (secrets.py); a spec that carries one (a
+    password in the base URL, a parameter named like a key) is refused."""
+    text = (given or "").strip()
+    raw = mask_spec(given or "")  # what messages show
     bare = text.split("?", 1)[0]
     entry = providers.get(bare)
     if entry is not None and entry.default_model:  # ``local`` alone: the embedded model
@@ -202,6 +210,8 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
             f"{provider}:{model.split('@')[0]}@http://{model.split('@', 1)[1]}"
         )
     base_url = match["base_url"].rstrip("/") if match["base_url"] else None
+    for url in re.split(r",\s*(?=https?://)", base_url or ""):
+        _refuse_userinfo(url, option, raw, entry)
     replicas: tuple = ()
     if base_url and re.search(r",\s*https?://", base_url):
         replicas = tuple(url.strip().rstrip("/") for url in re.split(r",\s*(?=https?://)", base_url))
@@ -223,7 +233,13 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     if query is not None:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False)
         if query and not pairs:
-            raise ConfigError(f"{option}={raw}: cannot read parameters {query!r}: {SPEC_HELP}")
+            raise ConfigError(f"{option}={raw}: cannot read parameters {mask_spec(query)!r}: {SPEC_HELP}")
+        for name, _value in pairs:
+            if secret_param(name):
+                raise ConfigError(
+                    f"{option}={raw}: parameter {name}= looks like a secret; a spec is printed, reported and "
+                    f"recorded, so it carries none: remove {name}= and {_key_source(entry)}"
+                )
         known = [*DECODING_PARAMS, *TRANSPORT_PARAMS, "constrain", *GUARD_SPEC_PARAMS, *PASS_THROUGH_KNOWN]
         for name, value in pairs:
             if name in GUARD_SPEC_PARAMS:
@@ -261,5 +277,26 @@ def parse_spec(raw: str, option: str = "--target") -> ModelSpec:
     if params.get("seed") is not None and not entry.can(providers.SEED):
         raise ConfigError(f"{option}={raw}: {provider} takes no sampling seed; remove seed= (its answers vary "
                           "from call to call; the record/replay cache is what makes a run repeatable)")
-    return ModelSpec(provider, model, base_url, params, transport, (raw or "").strip(), constrain, guard, runtime,
+    return ModelSpec(provider, model, base_url, params, transport, (given or "").strip(), constrain, guard, runtime,
                      replicas)
+
+
+def _key_source(entry) -> str:
+    """Where a provider's key comes from, as a fix says it."""
+    if entry.key_env:
+        return f"set the key in the environment variable {entry.key_env} (keys are read only from the environment)"
+    return "give the server its credentials another way (keys are read only from the environment)"
+
+
+def _refuse_userinfo(url: str, option: str, shown: str, entry) -> None:
+    """A base URL with a user name (and password) in it is refused: the URL is printed,
+    reported and recorded with every call."""
+    found = userinfo_of(url)
+    if found is None:
+        return
+    user, has_password = found
+    written = f"{user}:{MASK}@" if has_password else f"{user}@"
+    raise ConfigError(
+        f"{option}={shown}: the base URL carries credentials ({written}); a base URL is printed, reported and "
+        f"recorded with every call, so it carries none: remove {written} from it and {_key_source(entry)}"
+    )

@@ -45,17 +45,37 @@ def keep_loopback_off_proxies(environ=None) -> None:
 
 
 def aiohttp_client(sdk, shared: dict | None = None):
-    """``sdk.DefaultAioHttpClient()`` when aiohttp is importable, else None (the SDK's httpx pool).
+    """``sdk.DefaultAioHttpClient()`` when aiohttp is importable, else the SDK's httpx
+    pool (``sdk.DefaultAsyncHttpxClient()``), either way following no redirect.
+
+    The SDKs follow redirects by default, to any host: a 307 from the model's server to
+    another would send the prompt (and the key, on the same host) there, and file its
+    answer under the server's key. A model call takes no redirect: the 3xx is the call's
+    error, naming where it pointed (client.py ``_describe``).
 
     With ``shared`` (one dict per run), every backend of the same SDK gets the same
     client and connection pool: building one costs ~0.25 s, mostly loading the system's
     CA certificates into an SSL context.
     """
-    if importlib.util.find_spec("aiohttp") is None or not hasattr(sdk, "DefaultAioHttpClient"):
-        return None
+    aiohttp = importlib.util.find_spec("aiohttp") is not None and hasattr(sdk, "DefaultAioHttpClient")
+    build = sdk.DefaultAioHttpClient if aiohttp else sdk.DefaultAsyncHttpxClient
     if shared is None:
-        return sdk.DefaultAioHttpClient()
+        return build(follow_redirects=False)
     name = sdk.__name__
     if name not in shared:
-        shared[name] = sdk.DefaultAioHttpClient()
+        shared[name] = build(follow_redirects=False)
     return shared[name]
+
+
+def redirect_refused(status: int, exc: BaseException) -> str:
+    """What a model call that was answered with a redirect says: where it pointed (a
+    password in it masked, control characters escaped), and why it was not followed."""
+    from .secrets import mask_spec
+
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    location = headers.get("location")
+    where = f"to {mask_spec(location)[:300]!r}" if location else "(with no Location)"
+    return (f"HTTP {status}: the endpoint redirected the call {where}; model calls follow no redirect (the prompt "
+            "would go to another server, and its answer be recorded as this one's): give the base URL the "
+            "redirect points to, if that is the model's server")

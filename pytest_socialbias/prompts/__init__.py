@@ -32,6 +32,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from ..files import refuse_aliases
 
 #: Template name -> the override file that replaces it (use_overrides).
 _OVERRIDES: dict[str, Path] = {}
@@ -221,7 +222,9 @@ def _check_override(path: Path, ours: tuple) -> None:
         raise ConfigError(f"{path}: no prompt of ours is named {name!r}; name the file after the one it replaces "
                           f"({', '.join(ours)})")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        refuse_aliases(text, path, "a prompt file")
+        data = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: not a readable YAML prompt file ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("user"), str) or not isinstance(data.get("version"), int):

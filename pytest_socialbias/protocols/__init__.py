@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..cases import Suite, SuiteOverrides, read_suite
 from ..errors import ConfigError
+from ..models.secrets import secret_param
 from ..models.spec import DECODING_PARAMS, check_param
 from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
 from ..registry import Registry
@@ -78,7 +79,7 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
 
 
 def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
-    source = read_suite(path)
+    source = read_suite(path, overrides.root)
     protocol = PROTOCOLS.get(source.protocol)
     if protocol is None:
         raise source.error(["protocol"], PROTOCOLS.unknown(source.protocol) + "; a project adds one with "
@@ -98,7 +99,7 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     if source.data.get("prompts"):
         from .. import prompts
 
-        folder = (source.path.parent / source.data["prompts"]).resolve()
+        folder = source.place("prompts", "the prompts folder")
         try:
             where = f"{source.path}:{source.line('prompts')}: prompts"
             found = tuple(sorted(prompts.check_folder(folder, where, suite=True).items()))
@@ -120,6 +121,10 @@ def judge_params(source) -> tuple:
     given = source.data.get("judge_params") or {}
     out = []
     for name, value in given.items():
+        if secret_param(str(name)):
+            raise source.error(["judge_params", name], f"judge_params: {name} looks like a secret; a suite file is "
+                               "recorded and reported, so it carries none: remove it (keys are read only from the "
+                               "environment)")
         if isinstance(value, str) and value.strip().lower() == "none":
             value = None
         elif name in DECODING_PARAMS:

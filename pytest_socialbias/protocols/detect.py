@@ -225,7 +225,7 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
         dialogues_path = Path(overrides.dialogues)
         option = "--socialbias-dialogues"
     elif "dialogues" in data:
-        dialogues_path = (path.parent / data["dialogues"]).resolve()
+        dialogues_path = source.place("dialogues", "dialogues file")
         option = f"{path}:{source.line('dialogues')}: dialogues"
     else:
         raise source.error([], "a benevdial_detect suite needs `dialogues: FILE.jsonl` or --socialbias-dialogues=FILE")
@@ -245,7 +245,7 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
 
         if "cues" not in data:
             raise source.error(["variants"], f"the {' and '.join(masking)} variant(s) need `cues: FILE` (one cue per line)")
-        cues = load_cues((path.parent / data["cues"]).resolve())
+        cues = load_cues(source.place("cues", "cues file"))
     options = {
         **judge_options(source, overrides),
         "variant_seed": data.get("variant_seed", VARIANT_SEED),

@@ -116,6 +116,9 @@ def summary_lines(result) -> list[str]:
             lines.append(f"  {record['suite']}::{record['id']}: [{error['kind']}] {error['message']}")
         if len(errors) > MAX_ERRORS_SHOWN:
             lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
+        from ..models.guard import circuit_lines
+
+        lines += circuit_lines(records)  # endpoints that stopped answering
     lines.append("")
     lines += partial_lines(result)
     lines += ungated_lines(result)
@@ -151,6 +154,11 @@ def summary_lines(result) -> list[str]:
             ],
         )
         lines.append("(tokens are those of live calls; replayed calls cost none)")
+        repaired = [f"{role} {u['repaired']}" for role, u in usage.items() if u.get("repaired")]
+        if repaired:
+            lines.append(f"answers with fields that could not be read ({', '.join(repaired)}): token counts or "
+                         "log-probabilities of the wrong kind were ignored and lone surrogates in text replaced "
+                         "(U+FFFD); the answers themselves were used")
         for role, u in usage.items():
             if u.get("replicas"):
                 served = "; ".join(
@@ -462,6 +470,8 @@ def summary_block(result, unwritten: list[str] = ()) -> list[tuple[str, str | No
     for line in summary_lines(result):
         red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
         out.append((line, "red" if red else None))
+    # Errors, notes and adaptations quote models and servers: shown, never acted on.
+    out = [(fmt.printable(line), colour) for line, colour in out]
     out += [(f"ERROR: {problem}", "red") for problem in unwritten]
     if result.report_path is not None and not any(p.startswith("--socialbias-report=") for p in unwritten):
         out.append((f"JSON report: {result.report_path}", None))
