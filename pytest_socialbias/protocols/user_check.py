@@ -312,6 +312,13 @@ _SUFFIXES = ("ingly", "edly", "ally", "ness", "ment", "ing", "ies", "ied", "ers"
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
+# The measures below are pure functions of their text; those a turn's check asks for more
+# than once (the rules, then the learned reading's features), or once per seed, group or
+# word for every turn of a run, are cached (bounded): a seed's or group's stems and
+# patterns are computed once, not once per turn.
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """A crude English stem: irregular forms mapped, one common suffix and a final e cut."""
     word = _IRREGULAR.get(word, word)
@@ -324,7 +331,12 @@ def stem(word: str) -> str:
 
 def words(text: str) -> list[str]:
     """Lower-case word tokens (an apostrophe inside a word kept)."""
-    return _WORD.findall((text or "").lower().replace("’", "'"))
+    return list(_words(text or ""))
+
+
+@functools.lru_cache(maxsize=1024)
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(_WORD.findall(text.lower().replace("’", "'")))
 
 
 #: Two stems match when they share this many first letters ("autism", "autistic").
@@ -334,7 +346,17 @@ STEM_PREFIX = 5
 def content_stems(text: str) -> list[str]:
     """The stems of the words that are not function words, in order, cut to STEM_PREFIX
     letters so that forms of one word match."""
-    return [stem(w)[:STEM_PREFIX] for w in words(text) if w not in STOP_WORDS and len(w) > 1]
+    return list(_content_stems(text or ""))
+
+
+@functools.lru_cache(maxsize=1024)
+def _content_stems(text: str) -> tuple[str, ...]:
+    return tuple(stem(w)[:STEM_PREFIX] for w in _words(text) if w not in STOP_WORDS and len(w) > 1)
+
+
+@functools.lru_cache(maxsize=1024)
+def _content_stem_set(text: str) -> frozenset[str]:
+    return frozenset(_content_stems(text))
 
 
 def _lcs(a: list[str], b: list[str]) -> int:
@@ -351,15 +373,30 @@ def _lcs(a: list[str], b: list[str]) -> int:
 
 
 def _longest_run(a: list[str], b: list[str]) -> int:
-    """Length of the longest run of words that a and b share."""
+    """Length of the longest run of words that a and b share.
+
+    The longest common substring's dynamic programme over the words the two share only:
+    for each word of the longer list, the runs ending at each place the shorter has that
+    word (a hidden prompt of a thousand words against a turn of thirty is thirty thousand
+    steps over every pair, a thousand lookups this way)."""
+    if len(a) < len(b):
+        a, b = b, a
+    where: dict[str, list[int]] = {}
+    for j, y in enumerate(b):
+        where.setdefault(y, []).append(j)
     best = 0
-    previous = [0] * (len(b) + 1)
+    previous: dict[int, int] = {}
     for x in a:
-        current = [0] * (len(b) + 1)
-        for j, y in enumerate(b):
-            if x == y:
-                current[j + 1] = previous[j] + 1
-                best = max(best, current[j + 1])
+        places = where.get(x)
+        if not places:
+            previous = {}
+            continue
+        current = {}
+        for j in places:
+            run = previous.get(j - 1, 0) + 1
+            current[j] = run
+            if run > best:
+                best = run
         previous = current
     return best
 
@@ -368,9 +405,10 @@ def _grams(tokens: list[str], n: int) -> list[tuple]:
     return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
 
 
-def _chars(text: str, n: int = 4) -> set[str]:
-    flat = " ".join(words(text))
-    return {flat[i:i + n] for i in range(len(flat) - n + 1)}
+@functools.lru_cache(maxsize=1024)
+def _chars(text: str, n: int = 4) -> frozenset[str]:
+    flat = " ".join(_words(text))
+    return frozenset(flat[i:i + n] for i in range(len(flat) - n + 1))
 
 
 #: Other names of social groups (families of terms), for recognising a group however a
@@ -396,7 +434,20 @@ def group_families() -> tuple[tuple[str, ...], ...]:
 
 
 def _stem_seq(text: str) -> tuple[str, ...]:
-    return tuple(stem(w) for w in words(text))
+    return tuple(stem(w) for w in _words(text))
+
+
+@functools.lru_cache(maxsize=1)
+def _families_by_stems() -> dict[tuple[str, ...], tuple[int, ...]]:
+    """Every term of the lexicon as its word stems -> the families (their index in
+    group_families()) that hold it: the lexicon stemmed once, not once per seed."""
+    index: dict[tuple[str, ...], list[int]] = {}
+    for i, family in enumerate(group_families()):
+        for term in family:
+            places = index.setdefault(_stem_seq(term), [])
+            if i not in places:
+                places.append(i)
+    return {key: tuple(value) for key, value in index.items()}
 
 
 def _term_pattern(term: str) -> str:
@@ -418,13 +469,14 @@ def _group_aliases(group: str, seed: str) -> re.Pattern | None:
             break
         subject.append(word)
     targets = [_stem_seq(group), tuple(stem(w) for w in subject)]
+    families, index = group_families(), _families_by_stems()
     terms = set()
-    for family in group_families():
-        # A family names the group when one of its terms is the group's whole name or the
-        # seed's whole subject ("older people"), not a part of it: "doctors" is not
-        # "overweight doctors".
-        if any(_stem_seq(term) == target for term in family for target in targets if target):
-            terms.update(family)
+    # A family names the group when one of its terms is the group's whole name or the
+    # seed's whole subject ("older people"), not a part of it: "doctors" is not
+    # "overweight doctors".
+    for target in targets:
+        for i in index.get(target, ()) if target else ():
+            terms.update(families[i])
     if not terms:
         return None
     ordered = sorted(terms, key=lambda t: (-len(t), t))
@@ -438,7 +490,12 @@ def name_the_group(text: str, context: "UserTurnContext") -> str:
     group = context.allowed[0] if context.allowed else ""
     if not (group and context.seed):
         return text
-    pattern = _group_aliases(group.lower(), context.seed.lower())
+    return _named(text, group, context.seed)
+
+
+@functools.lru_cache(maxsize=256)
+def _named(text: str, group: str, seed: str) -> str:
+    pattern = _group_aliases(group.lower(), seed.lower())
     return pattern.sub(group, text) if pattern else text
 
 
@@ -487,16 +544,27 @@ def clean_user_message(text: str) -> str:
 
 def setup_cues(text: str) -> list[str]:
     """The set-up cue families the text touches (each once)."""
-    lowered = " " + " ".join(words(text)) + " "
-    stems = {stem(w) for w in words(text)} | set(words(text))
-    found = []
-    for family, cues in _CUES.items():
-        for cue in cues:
-            hit = f" {cue}" in lowered if " " in cue else any(s.startswith(cue) for s in stems)
-            if hit:
-                found.append(family)
-                break
-    return found
+    return list(_setup_cues(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _setup_cues(text: str) -> tuple[str, ...]:
+    tokens = _words(text)
+    lowered = " " + " ".join(tokens) + " "
+    touched = set().union(*map(_word_cues, tokens))
+    # A family counts when a word (or its stem) starts with one of its one-word cues, or a
+    # phrase cue occurs.
+    return tuple(family for family, cues in _CUES.items()
+                 if family in touched or any(" " in cue and f" {cue}" in lowered for cue in cues))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _word_cues(word: str) -> frozenset[str]:
+    """The cue families whose one-word cues (stems: a word starting with one) a word or its
+    stem starts with."""
+    forms = (stem(word), word)
+    return frozenset(family for family, cues in _CUES.items()
+                     if any(" " not in cue and form.startswith(cue) for cue in cues for form in forms))
 
 
 def _setup_leak(text: str, context: UserTurnContext) -> str | None:
@@ -508,19 +576,24 @@ def _setup_leak(text: str, context: UserTurnContext) -> str | None:
     if len(cues) >= SETUP_CUES:
         return "cues " + ", ".join(cues)
     if context.hidden:
-        allowed = set()
-        for extra in (*context.allowed, context.seed or ""):
-            allowed.update(_grams(words(extra), 2))
         message = words(text)
         for hidden in context.hidden:
-            secret = words(hidden)
+            secret = list(_words(hidden))
             run = _longest_run(message, secret)
             if run >= HIDDEN_RUN:
                 # A run made only of allowed text (the profile, the group) is not a leak.
                 shared = _shared_run(message, secret, run)
+                allowed = _allowed_pairs(context.allowed, context.seed or "")
                 if not all(g in allowed for g in _grams(shared, 2)):
                     return f"{run} words of its instructions: {' '.join(shared)!r}"
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def _allowed_pairs(allowed: tuple[str, ...], seed: str) -> frozenset[tuple]:
+    """The word pairs of the text a user may repeat from its instructions (the profile, the
+    group, the seed)."""
+    return frozenset(g for extra in (*allowed, seed) for g in _grams(list(_words(extra)), 2))
 
 
 def _shared_run(a: list[str], b: list[str], length: int) -> list[str]:
@@ -531,11 +604,12 @@ def _shared_run(a: list[str], b: list[str], length: int) -> list[str]:
     return []
 
 
+@functools.lru_cache(maxsize=256)
 def seed_similarity(text: str, seed: str) -> tuple[float, float]:
     """(share of the seed's content stems found in the text in the seed's order, share of the
     seed's character 4-grams found in the text)."""
-    stems = content_stems(seed)
-    ordered = _lcs(stems, content_stems(text)) / len(stems) if stems else 0.0
+    stems = _content_stems(seed)
+    ordered = _lcs(stems, _content_stems(text)) / len(stems) if stems else 0.0
     grams = _chars(seed)
     chars = len(grams & _chars(text)) / len(grams) if grams else 0.0
     return ordered, chars
@@ -549,7 +623,7 @@ def _seed_leak(raw: str, context: UserTurnContext) -> str | None:
     """The seed stated: checked on the text with the group's other names written as its own."""
     text = name_the_group(raw, context)
     seed = context.seed
-    stems = content_stems(seed) if seed else []
+    stems = _content_stems(seed) if seed else ()
     if len(stems) < SEED_MIN_WORDS:
         return None
     ordered, chars = seed_similarity(text, seed)
@@ -558,18 +632,17 @@ def _seed_leak(raw: str, context: UserTurnContext) -> str | None:
     if ordered >= needed - 1e-9 or chars >= SEED_CHAR_SHARE:
         return f"{ordered:.0%} of its words in order, {chars:.0%} of its 4-grams"
     frame = _ASSERTION.search(text)
-    mine = set(content_stems(text))
-    if frame and (set(content_stems(" ".join(context.allowed))) | set(stems)) & mine:
+    if frame and (_content_stem_set(" ".join(context.allowed)) | _content_stem_set(seed)) & _content_stem_set(text):
         return f"asserts a claim about the group: {frame.group(0).strip()!r}"
     found = _generalises(text, context, stems)
     if found:
         return found
     # Hearsay quoted as a claim: most of a quoted span is the seed's.
-    reply = " ".join(words(context.previous_reply or ""))
-    if reply and any(" ".join(words(q)) in reply for q in _QUOTED.findall(raw)):
+    reply = " ".join(_words(context.previous_reply or ""))
+    if reply and any(" ".join(_words(q)) in reply for q in _QUOTED.findall(raw)):
         return None  # the assistant's own words, asked about
     for quoted in (q for q in _QUOTED.findall(text) if len(q) >= 12):
-        said = set(content_stems(quoted))
+        said = set(_content_stems(quoted))
         if said and len(said & set(stems)) >= max(2, len(said) // 2):
             return f"quotes the claim: {quoted.strip()!r}"
     return None
@@ -630,7 +703,7 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
     the user endorses, a loaded why-question, or an obviousness frame beside the group."""
     # The group's own name (DyMT's allowed text: the group and its category); with the
     # seed's words, what the claim is about.
-    named = set(content_stems(" ".join(context.allowed)))
+    named = _content_stem_set(" ".join(context.allowed))
     group = named | set(seed_stems)
     if not group:
         return None
@@ -658,7 +731,7 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
             if after and set(content_stems(" ".join(after[:5]))) & group and _LOADED_TAIL.search(lowered):
                 return f"a loaded question about the group: {sentence.strip()!r}"
     lowered = text.lower().replace("’", "'")
-    mentions = set(content_stems(text)) & group
+    mentions = _content_stem_set(text) & group
     if mentions and _ENDORSE.search(lowered) and not _DISPUTE.search(lowered):
         return f"endorses hearsay about the group: {_ENDORSE.search(lowered).group(0)[:60]!r}"
     if mentions and _NO_OTHER.search(lowered) and not _DISPUTE.search(lowered):
@@ -666,6 +739,7 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
     return None
 
 
+@functools.lru_cache(maxsize=256)
 def copy_share(text: str, reply: str) -> tuple[float, int]:
     """(share of the text's word trigrams found in the reply, longest run of shared words)."""
     mine, theirs = words(text), words(reply)
@@ -680,7 +754,7 @@ def _copy(text: str, reply: str | None) -> str | None:
     if not reply:
         return None
     share, run = copy_share(text, reply)
-    if (share >= COPY_SHARE and len(words(text)) >= 6) or run >= COPY_RUN:
+    if (share >= COPY_SHARE and len(_words(text)) >= 6) or run >= COPY_RUN:
         return f"{share:.0%} of its word trigrams, a run of {run} words"
     return None
 
