@@ -20,12 +20,13 @@ The pattern as written then matches at the place the fast one found (the leftmos
 so the ``re.Match`` returned is the one ``re.search`` gives: the same span, groups and
 text. A case-insensitive pattern must name letters in lower case (``[a-z]``, not
 ``[A-Z]``; equal under IGNORECASE) and use no escape that names a letter by its code and
-no inline flags: construction refuses any other, so that a later edit cannot make the
-two searches differ silently. Standard library only.
+no inline flags: the first search refuses any other (tests/test_fast_pattern.py searches
+every shipped pattern), so that a later edit cannot make the two searches differ silently. Standard library only.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 #: Escapes a case-insensitive pattern may use: classes and anchors whose meaning does not
@@ -37,12 +38,22 @@ class FastPattern:
     """A compiled pattern whose ``search`` gives ``re.search``'s match, faster (module doc)."""
 
     def __init__(self, source: str, flags: int = 0):
-        #: The pattern as written: what every match comes from.
-        self.pattern = re.compile(source, flags)
+        self.source, self.flags = source, flags
         self._caseless = bool(flags & re.IGNORECASE)
+
+    # Compiled on first use, not on import: a process that checks no simulated user (a
+    # replay, --collect-only, a suite without one) compiles none of them, and the pattern
+    # as written only once a search matched or met a non-ASCII text.
+    @functools.cached_property
+    def pattern(self) -> re.Pattern:
+        """The pattern as written: what every match comes from."""
+        return re.compile(self.source, self.flags)
+
+    @functools.cached_property
+    def _quick(self) -> re.Pattern:
         if self._caseless:
-            _check_case_free(source)
-        self._quick = re.compile(factor_boundaries(source), flags & ~re.IGNORECASE)
+            _check_case_free(self.source)
+        return re.compile(factor_boundaries(self.source), self.flags & ~re.IGNORECASE)
 
     def search(self, text: str) -> re.Match | None:
         if self._caseless:
