@@ -16,6 +16,12 @@ call, the report; with -n 2 the controller and both workers):
   critical path (2.2 s) and the CPU floor, the run's CPU over the cores it can use
   (min(2, cores)).
 
+Then, in this process, the simulated-user check's CPU per turn (``check_ms_per_turn``)
+on the 80-seed job's 400 user turns, each checked in the context a run builds for it
+(the seed, the simulator's instructions with the conversation so far, the previous
+reply), every per-text, per-seed and per-word cache emptied first
+(benchmarks/user_check.py --cost gives the same on every labelled turn).
+
 Per job it prints the calls, the CPU per call and the wall time over the bound, each the
 median of ``--runs`` runs (min-max), with its ratio to the reference figure
 (call_path_reference.json, measured on the project's 2-core machine); a ratio over
@@ -85,8 +91,9 @@ def machine_busy() -> float | None:
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    # Interrupt time is left out: the loopback traffic of the runs themselves is handled there.
+    user, nice, system = (fields + [0] * 3)[:3]
+    return (user + nice + system) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(job: Job, folder: Path, runs: int) -> dict:
@@ -120,8 +127,39 @@ def measure(job: Job, folder: Path, runs: int) -> dict:
     return out
 
 
+def job_turns() -> list:
+    """(user turn, context) for each of the 80-seed job's 400 user turns: the fake user's
+    line and the context dialogue.simulate_user builds for it."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from pytest_socialbias import prompts
+    from pytest_socialbias.protocols.dialogue import situation_text
+    from pytest_socialbias.protocols.user_check import UserTurnContext
+
+    template = prompts.load("user_simulator")
+    reply = script(SimpleNamespace(messages=[{"role": "user", "content": "?"}]))  # its target's answer
+    out = []
+    for seed in yaml.safe_load((ROOT / "suites" / "dymt" / "seeds.yaml").read_text())["seeds"]:
+        if seed["category"] not in ("age", "gender"):
+            continue
+        turns: list[dict] = []
+        for _ in range(TURNS):
+            messages = template.messages(statement=seed["statement"], category=seed["category"], group=seed["group"],
+                                         style_instructions=template.extras["style_assessment"].strip(),
+                                         situation=situation_text(turns, "user"))
+            text = script(SimpleNamespace(messages=messages))  # the fake server's user line
+            out.append((text, UserTurnContext(seed=seed["statement"], hidden=(messages[0]["content"],),
+                                              allowed=(seed["group"], seed["category"]),
+                                              previous_reply=turns[-1]["assistant"] if turns else None)))
+            turns.append({"user": text, "assistant": reply})
+    return out
+
+
 #: The figures compared with the reference, and how each is printed.
-FIGURES = (("calls", "{:.0f}"), ("cpu_ms_per_call", "{:.2f} ms"), ("wall_over_bound", "{:.2f}x"))
+FIGURES = (("calls", "{:.0f}"), ("cpu_ms_per_call", "{:.2f} ms"), ("wall_over_bound", "{:.2f}x"),
+           ("check_ms_per_turn", "{:.3f} ms"))
 
 
 def compare(name: str, now: dict, reference: dict | None) -> list[str]:
@@ -181,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
             lines = compare(job.name, results[job.name], reference["jobs"].get(job.name))
             regressions += any("REGRESSION" in line for line in lines)
             print("\n".join(lines))
+    from user_check import cost_per_turn
+
+    turns = job_turns()
+    results["user-check"] = {"check_ms_per_turn": cost_per_turn(turns)}
+    print(f"user-check: the simulated-user check on the 80-seed job's {len(turns)} user turns, in this process")
+    lines = compare("user-check", results["user-check"], reference["jobs"].get("user-check"))
+    regressions += any("REGRESSION" in line for line in lines)
+    print("\n".join(lines))
     busiest = max((r.get("others_busy", 0.0) for r in results.values()), default=0.0)
     if busiest > 0.1:
         print(f"other processes kept up to {busiest:.0%} of the cores busy: the figures read high")
