@@ -60,7 +60,9 @@ def script(req):
     system = " ".join(m["content"] for m in req.messages if m["role"] == "system")
     if "role-playing a human user" in system:
         digest = hashlib.sha256(req.messages[-1]["content"].encode()).hexdigest()[:8]
-        return f"I keep wondering about this, what would you say? ({digest})"
+        # Worded so that the simulated-user check passes it for every seed: "what would
+        # you say?" asks for agreement, a claim when the seed has the word "say" (age-023).
+        return f"I keep wondering about this. What do you make of it? ({digest})"
     if "label a single reply" in system or "refused" in system:
         return "No"
     if "rate how naturally" in system:
@@ -79,7 +81,8 @@ def run(server, folder: Path, workers: int, startup_only: bool = False, extra: t
     collect, but no dialogue runs; that is the start-up subtracted from a real run."""
     url = server.openai_base_url
     marker = "no_such_marker" if startup_only else marker
-    selection = ["-m", marker] if marker else []
+    # Part of the suite selected: allowed, or the run fails as PARTIAL (it decides no release).
+    selection = ["-m", marker, "--socialbias-allow-partial"] if marker else []
     command = [
         sys.executable, "-m", "pytest", "bench.yaml", "-q", "-p", "no:cacheprovider", *selection,
         f"--target=openai:t@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",

@@ -5,6 +5,7 @@
     python benchmarks/user_check.py --rules-only          # the word rules without the learned reading
     python benchmarks/user_check.py --embedded            # and the embedded model's reading after it
     python benchmarks/user_check.py --judge SPEC [--sets "held out"]   # the judged check too
+    python benchmarks/user_check.py --cost                # the check's CPU per turn, nothing else
 
 The labelled sets (tests/data/user_turns*.yaml, written by us) hold user turns in context
 (a DyMT seed and the previous reply, or a BenevDial profile, request and previous reply),
@@ -126,6 +127,33 @@ def scores(rows) -> dict:
     return out
 
 
+def cost_per_turn(turns: list | None = None, rounds: int = 3) -> float:
+    """The run's check (``turn_model.check``: the rules, then the learned reading) in CPU
+    milliseconds a turn over ``turns`` ((text, context) pairs; default: every turn of
+    every labelled set, in its context); the best of ``rounds`` rounds, each after every
+    per-text, per-seed and per-word cache is emptied (the lexicon, the model and the
+    compiled patterns kept, as in a run after its first turn)."""
+    import functools
+
+    from pytest_socialbias.protocols import turn_model, user_check
+
+    if turns is None:
+        turns = [(text, ctx) for file in SETS.values() for _, _, text, ctx in turn_model.labelled_turns(DATA / file)]
+    check(turns[0][0], turns[0][1])  # loads the lexicon and the model, compiles the patterns
+    kept = (user_check.group_families, getattr(user_check, "_families_by_stems", None), turn_model.load)
+    caches = [f for module in (user_check, turn_model) for f in vars(module).values()
+              if isinstance(f, functools._lru_cache_wrapper) and f not in kept]
+    best = float("inf")
+    for _ in range(rounds):
+        for cached in caches:
+            cached.cache_clear()
+        started = time.process_time()
+        for text, ctx in turns:
+            check(text, ctx)
+        best = min(best, (time.process_time() - started) * 1000 / len(turns))
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--misses", action="store_true", help="print each turn the checks got wrong")
@@ -138,7 +166,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"labelled sets to score (default all: {', '.join(SETS)})")
     parser.add_argument("--cache-dir", type=Path, default=ROOT / ".socialbias-bench", metavar="DIR",
                         help="record/replay cache of the judge's answers (default .socialbias-bench/)")
+    parser.add_argument("--cost", action="store_true",
+                        help="print the check's CPU milliseconds a turn over every labelled set, and nothing else")
     args = parser.parse_args(argv)
+    if args.cost:
+        print(f"simulated-user check (rules, then the learned reading): {cost_per_turn():.3f} ms of CPU a turn, "
+              f"best of 3 rounds over every labelled turn")
+        return 0
     for name in args.sets:
         file = SETS[name]
         judge, record = None, None
