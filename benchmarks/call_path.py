@@ -3,6 +3,8 @@ catches the next regression (issue 44). Not a timed test: it measures and prints
 
     python benchmarks/call_path.py [--runs 3] [--jobs dymt-500ms dymt-0ms dymt-200ms-n2]
     python benchmarks/call_path.py --write-reference    # after a change that is meant to move them
+    python benchmarks/call_path.py --checkout DIR       # another checkout's plugin, e.g. a worktree
+                                                        # of the commit before a change
 
 The jobs, against the loopback fake server (benchmarks/dymt_latency.py's script), one
 style, 5 turns, each run a whole pytest process (start-up, collection, SDK import, every
@@ -31,8 +33,10 @@ steadier figure on a shared machine; the load is printed, so a
 figure taken on a busy machine says so: per job, the share of the cores that other processes
 kept busy during its runs (/proc/stat less this benchmark's own CPU), and a warning over 10%.
 
-The pytest runs import the plugin of this checkout (PYTHONPATH is set to it) and write
-their bytecode to a private cache, warmed by one uncounted run first.
+The pytest runs import the plugin of this checkout (PYTHONPATH is set to it), or with
+``--checkout DIR`` the plugin of DIR, with this script's jobs, fake server and check turns
+(the same requests either side); the check's cost is then measured on DIR's check too.
+They write their bytecode to a private cache, warmed by one uncounted run first.
 """
 
 from __future__ import annotations
@@ -48,11 +52,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+#: Set by --checkout (the script runs itself again with it): the checkout whose plugin is
+#: measured. Imported first, so that every later import of the plugin is that checkout's.
+CHECKOUT_VARIABLE = "SOCIALBIAS_CALL_PATH_CHECKOUT"
+PLUGIN = Path(os.environ.get(CHECKOUT_VARIABLE) or ROOT).resolve()
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(PLUGIN))
+import pytest_socialbias  # noqa: E402,F401  (PLUGIN's, whatever sys.path says later)
+
+sys.path.insert(1, str(ROOT))
 
 import dymt_latency  # noqa: E402
-from dymt_latency import TURNS, run, script  # noqa: E402
+from dymt_latency import TURNS, run, script, seeds_in  # noqa: E402
 from pytest_socialbias.testing import FakeServer  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent / "call_path_reference.json"
@@ -191,11 +202,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", nargs="+", choices=[j.name for j in JOBS], default=[j.name for j in JOBS])
     parser.add_argument("--write-reference", action="store_true",
                         help=f"write the figures measured as the new reference ({REFERENCE.name})")
+    parser.add_argument("--checkout", type=Path, metavar="DIR",
+                        help="measure the plugin of this checkout (e.g. a git worktree of the commit before a change) "
+                             "with this script's jobs (default: the checkout this script is in)")
     args = parser.parse_args(argv)
+    if args.checkout is not None:
+        checkout = args.checkout.resolve()
+        if not (checkout / "pytest_socialbias" / "__init__.py").is_file():
+            parser.error(f"--checkout {args.checkout}: no pytest_socialbias package there; "
+                         "give the root of a checkout (git worktree add DIR COMMIT)")
+        if args.write_reference and checkout != ROOT:
+            parser.error("--write-reference measures this checkout only; leave out --checkout")
+        if checkout != PLUGIN:  # run again, the plugin imported from there first
+            rest = [a for a in (sys.argv[1:] if argv is None else argv)]
+            os.execve(sys.executable, [sys.executable, str(Path(__file__).resolve()), *rest],
+                      {**os.environ, CHECKOUT_VARIABLE: str(checkout)})
     reference = json.loads(REFERENCE.read_text()) if REFERENCE.exists() else {"jobs": {}}
     jobs = [j for j in JOBS if j.name in args.jobs]
     load_before = os.getloadavg()
-    print(f"call path: {len(jobs)} jobs, median of {args.runs} runs (min-max), {os.cpu_count()} cores, "
+    print(f"call path: the plugin of {PLUGIN}, {len(jobs)} jobs, median of {args.runs} runs (min-max), {os.cpu_count()} cores, "
           f"load average {load_before[0]:.2f} {load_before[1]:.2f}; reference: {reference.get('measured', 'none')}")
     results, regressions = {}, 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -203,10 +228,10 @@ def main(argv: list[str] | None = None) -> int:
         dymt_latency.ENV.pop("PYTHONDONTWRITEBYTECODE", None)
         dymt_latency.ENV["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
         # The runs import this checkout's plugin, whatever is installed.
-        dymt_latency.ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+        dymt_latency.ENV["PYTHONPATH"] = os.pathsep.join(filter(None, (str(PLUGIN), os.environ.get("PYTHONPATH"))))
         (folder / "bench.yaml").write_text(
             "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
-            f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nstyles: [assessment]\nturns: {TURNS}\n"
+            f"seeds: {seeds_in(folder)}\nstyles: [assessment]\nturns: {TURNS}\n"
         )
         with FakeServer(script) as server:  # uncounted: writes the bytecode cache
             run(server, folder, 0, marker="age")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,15 @@ def script(req):
     if "rate how naturally" in system:
         return "5"
     return "People differ as individuals; a generalisation like that is unfair."
+
+
+def seeds_in(folder: Path) -> Path:
+    """The DyMT seeds copied into the run's folder: a suite's files must lie inside the
+    project (pytest's rootdir, here the folder)."""
+    copy = folder / "seeds.yaml"
+    if not copy.exists():
+        shutil.copyfile(ROOT / "suites" / "dymt" / "seeds.yaml", copy)
+    return copy
 
 
 CONCURRENCY = 400  # requests in flight per process
@@ -122,7 +132,7 @@ def warm_bytecode() -> None:
         folder = Path(tmp)
         (folder / "bench.yaml").write_text(
             "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
-            f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nstyles: [assessment]\nturns: 1\n"
+            f"seeds: {seeds_in(folder)}\nstyles: [assessment]\nturns: 1\n"
         )
         run(server, folder, 0, marker="age")
 
@@ -133,7 +143,7 @@ def latency_table(args) -> None:
         folder = Path(tmp)
         (folder / "bench.yaml").write_text(
             "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
-            f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nstyles: [assessment]\nturns: {TURNS}\n"
+            f"seeds: {seeds_in(folder)}\nstyles: [assessment]\nturns: {TURNS}\n"
         )
         print(f"DyMT, 80 seeds x 1 style x {TURNS} turns, {args.latency * 1000:.0f} ms per call; "
               f"critical-path bound {bound:.1f} s")
@@ -159,7 +169,7 @@ def whole(latency: float) -> None:
         folder = Path(tmp)
         (folder / "bench.yaml").write_text(
             "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
-            f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nturns: {TURNS}\n"
+            f"seeds: {seeds_in(folder)}\nturns: {TURNS}\n"
         )
         critical = TURNS * 2 * latency + latency
         print()
@@ -205,7 +215,7 @@ def cpu_per_call(runs: int) -> None:
         folder = Path(tmp)
         (folder / "bench.yaml").write_text(
             "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
-            f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nstyles: [assessment]\nturns: {TURNS}\n"
+            f"seeds: {seeds_in(folder)}\nstyles: [assessment]\nturns: {TURNS}\n"
         )
         for workers in (0, 2):
             per_call, walls, transport, calls = [], [], [], 0
