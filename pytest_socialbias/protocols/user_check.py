@@ -391,20 +391,20 @@ def _longest_run(a: list[str], b: list[str]) -> int:
     where: dict[str, list[int]] = {}
     for j, y in enumerate(b):
         where.setdefault(y, []).append(j)
-    best = 0
+    best, last = 0, -2
     previous: dict[int, int] = {}
-    for x in a:
-        places = where.get(x)
-        if not places:
+    # Only the places of the longer list that hold a shared word (a run breaks between two
+    # that are not next to each other).
+    for i in [i for i, x in enumerate(a) if x in where]:
+        if i != last + 1:
             previous = {}
-            continue
         current = {}
-        for j in places:
+        for j in where[a[i]]:
             run = previous.get(j - 1, 0) + 1
             current[j] = run
             if run > best:
                 best = run
-        previous = current
+        previous, last = current, i
     return best
 
 
@@ -563,22 +563,48 @@ def _setup_cues(text: str) -> tuple[str, ...]:
     lowered = " " + " ".join(tokens) + " "
     touched = set().union(*map(_word_cues, tokens))
     # A family counts when a word (or its stem) starts with one of its one-word cues, or a
-    # phrase cue occurs.
-    return tuple(family for family, phrases in _PHRASE_CUES.items()
-                 if family in touched or any(phrase in lowered for phrase in phrases))
+    # phrase cue occurs. A phrase can only occur where its first word is one of the text's
+    # words (the spaced text is its words), so only those phrases are looked for.
+    present = set(tokens)
+    for family, phrase in _PHRASES_BY_FIRST_WORD[""]:
+        if phrase in lowered:
+            touched.add(family)
+    for word in present.intersection(_PHRASES_BY_FIRST_WORD):
+        for family, phrase in _PHRASES_BY_FIRST_WORD[word]:
+            if family not in touched and phrase in lowered:
+                touched.add(family)
+    return tuple(family for family in _CUES if family in touched)
 
 
-#: Each family's cues of several words, as they are looked for in the spaced text.
-_PHRASE_CUES = {family: tuple(f" {cue}" for cue in cues if " " in cue) for family, cues in _CUES.items()}
+def _by_first_word(cues: dict[str, tuple[str, ...]]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Each phrase cue (several words) as (family, " phrase"), by its first word ("" for
+    a phrase whose first word is empty, looked for in every text)."""
+    out: dict[str, list[tuple[str, str]]] = {"": []}
+    for family, phrases in cues.items():
+        for cue in phrases:
+            if " " in cue:
+                out.setdefault(cue.split(" ", 1)[0], []).append((family, f" {cue}"))
+    return {word: tuple(found) for word, found in out.items()}
+
+
+_PHRASES_BY_FIRST_WORD = _by_first_word(_CUES)
+#: One-word cues are looked up by their first letters (a word starts with a cue only if
+#: its first _CUE_KEY letters are the cue's).
+_CUE_KEY = min(len(cue) for cues in _CUES.values() for cue in cues if " " not in cue)
+_WORD_CUES: dict[str, tuple[tuple[str, str], ...]] = {}
+for _family, _cues in _CUES.items():
+    for _cue in _cues:
+        if " " not in _cue:
+            _WORD_CUES[_cue[:_CUE_KEY]] = (*_WORD_CUES.get(_cue[:_CUE_KEY], ()), (_family, _cue))
+del _family, _cues, _cue
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _word_cues(word: str) -> frozenset[str]:
     """The cue families whose one-word cues (stems: a word starting with one) a word or its
     stem starts with."""
-    forms = (stem(word), word)
-    return frozenset(family for family, cues in _CUES.items()
-                     if any(" " not in cue and form.startswith(cue) for cue in cues for form in forms))
+    return frozenset(family for form in (stem(word), word) for family, cue in _WORD_CUES.get(form[:_CUE_KEY], ())
+                     if form.startswith(cue))
 
 
 def _setup_leak(text: str, context: UserTurnContext) -> str | None:
