@@ -171,7 +171,13 @@ SERVICE_SIGNS = 2
 def service_signs(text: str) -> list[str]:
     """The answering register's weaker families (every family of _SERVICE but "strong") a
     message shows."""
-    return [name for name, pattern in _SERVICE.items() if name != "strong" and pattern.search(text)]
+    return list(_service_signs(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _service_signs(text: str) -> tuple[str, ...]:
+    # Asked for twice a turn: by the rules (service_register) and the learned reading.
+    return tuple(name for name, pattern in _SERVICE.items() if name != "strong" and pattern.search(text))
 
 
 def has_list(text: str) -> bool:
