@@ -5,6 +5,7 @@ catches the next regression (issue 44). Not a timed test: it measures and prints
     python benchmarks/call_path.py --write-reference    # after a change that is meant to move them
     python benchmarks/call_path.py --checkout DIR       # another checkout's plugin, e.g. a worktree
                                                         # of the commit before a change
+    python benchmarks/call_path.py --profile DIR        # and one more run of each job under py-spy
 
 The jobs, against the loopback fake server (benchmarks/dymt_latency.py's script), one
 style, 5 turns, each run a whole pytest process (start-up, collection, SDK import, every
@@ -37,6 +38,11 @@ The pytest runs import the plugin of this checkout (PYTHONPATH is set to it), or
 ``--checkout DIR`` the plugin of DIR, with this script's jobs, fake server and check turns
 (the same requests either side); the check's cost is then measured on DIR's check too.
 They write their bytecode to a private cache, warmed by one uncounted run first.
+
+``--profile DIR``: after its measured runs, each job runs once more, uncounted, under
+``py-spy record --threads --subprocesses`` (every thread of the run and its xdist workers,
+CPU only), into DIR/JOB.txt in py-spy's raw format; ``benchmarks/profile_top.py
+DIR/JOB.txt`` sums it (docs/performance.md, How to profile).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -138,6 +145,17 @@ def measure(job: Job, folder: Path, runs: int) -> dict:
     return out
 
 
+def profile(job: Job, folder: Path, out: Path) -> Path:
+    """One more run of the job under py-spy (every thread of every process), raw output."""
+    out.mkdir(parents=True, exist_ok=True)
+    target = out.resolve() / f"{job.name}.txt"
+    prefix = ("py-spy", "record", "--threads", "--subprocesses", "-r", "400", "--format", "raw",
+              "-o", str(target), "--")
+    with FakeServer(script, latency=job.latency) as server:
+        run(server, folder, job.workers, marker=job.marker, prefix=prefix)
+    return target
+
+
 def job_turns() -> list:
     """(user turn, context) for each of the 80-seed job's 400 user turns: the fake user's
     line and the context dialogue.simulate_user builds for it."""
@@ -205,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout", type=Path, metavar="DIR",
                         help="measure the plugin of this checkout (e.g. a git worktree of the commit before a change) "
                              "with this script's jobs (default: the checkout this script is in)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="after its runs, run each job once more under py-spy (every thread), raw output in DIR/JOB.txt")
     args = parser.parse_args(argv)
+    if args.profile is not None and shutil.which("py-spy") is None:
+        parser.error("--profile needs py-spy on PATH: pip install py-spy")
     if args.checkout is not None:
         checkout = args.checkout.resolve()
         if not (checkout / "pytest_socialbias" / "__init__.py").is_file():
@@ -244,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             lines = compare(job.name, results[job.name], reference["jobs"].get(job.name))
             regressions += any("REGRESSION" in line for line in lines)
             print("\n".join(lines))
+            if args.profile is not None:
+                print(f"  profile: {profile(job, folder, args.profile)} (python benchmarks/profile_top.py FILE)")
     from user_check import cost_per_turn
 
     turns = job_turns()
@@ -256,7 +280,14 @@ def main(argv: list[str] | None = None) -> int:
     if busiest > 0.1:
         print(f"other processes kept up to {busiest:.0%} of the cores busy: the figures read high")
     if args.write_reference:
-        reference = {"measured": f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, median of {args.runs} runs",
+        # The load it was measured under goes with it: a reference taken on a busy machine
+        # reads high, and a later quiet run then looks better than it is.
+        reference = {"measured": f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, median of {args.runs} runs, "
+                                 f"load average {load_before[0]:.1f} at the start, other processes kept up to "
+                                 f"{busiest:.0%} of the cores busy",
+                     "load": {"load_average_at_start": round(load_before[0], 2), "others_busy_max": round(busiest, 3),
+                              "others_busy": {name: round(r["others_busy"], 3) for name, r in results.items()
+                                              if "others_busy" in r}},
                      "jobs": {**reference["jobs"], **{name: {k: v for k, v in r.items() if k not in ("ranges", "others_busy")}
                                                       for name, r in results.items()}}}
         REFERENCE.write_text(json.dumps(reference, indent=1, sort_keys=True) + "\n")

@@ -85,16 +85,18 @@ ENV = dict(os.environ)  # the pytest runs' environment (main() sets the bytecode
 CPU_TARGET = 2.0  # whole-process CPU per call, as a multiple of the transport's
 
 
-def run(server, folder: Path, workers: int, startup_only: bool = False, extra: tuple = (), marker: str = "age or gender") -> float:
+def run(server, folder: Path, workers: int, startup_only: bool = False, extra: tuple = (), marker: str = "age or gender",
+        prefix: tuple = ()) -> float:
     """Wall time of one pytest run. ``startup_only`` selects no case (``-m`` matches none):
     the same processes start (xdist workers too), import the SDKs, build the clients and
-    collect, but no dialogue runs; that is the start-up subtracted from a real run."""
+    collect, but no dialogue runs; that is the start-up subtracted from a real run.
+    ``prefix``: a command the run is started under (a profiler)."""
     url = server.openai_base_url
     marker = "no_such_marker" if startup_only else marker
     # Part of the suite selected: allowed, or the run fails as PARTIAL (it decides no release).
     selection = ["-m", marker, "--socialbias-allow-partial"] if marker else []
     command = [
-        sys.executable, "-m", "pytest", "bench.yaml", "-q", "-p", "no:cacheprovider", *selection,
+        *prefix, sys.executable, "-m", "pytest", "bench.yaml", "-q", "-p", "no:cacheprovider", *selection,
         f"--target=openai:t@{url}", f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}",
         "--socialbias-record=off", f"--socialbias-concurrency={CONCURRENCY}", "-n", str(workers), *extra,
     ]
