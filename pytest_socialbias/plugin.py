@@ -201,6 +201,11 @@ def _aggregator(config: pytest.Config, settings, models, gates, gates_file, pend
     gates, skipped = _preflight(config, settings, gates, pending, known)
     aggregator = Aggregator(settings, models, gates, gates_file)
     aggregator.skip_gates(skipped)
+    if skipped and known:
+        from .gates import did_you_mean
+
+        # Skipped on purpose, but a name near one of the project's may be a typo: said in the header.
+        aggregator.skipped_hints = {gate.suite: did_you_mean(gate.suite, sorted(known)) for gate in skipped}
     aggregator.selection_filters = selection_filters(config)
     return aggregator
 
@@ -320,7 +325,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         for suite, why in aggregator.declared_ungated.items():
             lines.append(f"socialbias: suite {suite} is UNGATED on purpose ({shown_path(aggregator.gates_file)}): {why}")
         if aggregator.skipped_gates:
-            names = sorted({gate.suite for gate in aggregator.skipped_gates})
+            hints = aggregator.skipped_hints
+            names = [suite + hints.get(suite, "") for suite in sorted({gate.suite for gate in aggregator.skipped_gates})]
             lines.append(
                 f"socialbias: skipped {len(aggregator.skipped_gates)} gate(s) of suites this project does not have "
                 f"({', '.join(names)}; --socialbias-gates-for=present)"
