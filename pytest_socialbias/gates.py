@@ -198,8 +198,9 @@ def unknown_suite_text(suite: str, known_suites, root=None) -> str:
     a misspelt gate without a word."""
     known = sorted(set(known_suites) - {JUDGE_CHECK_SUITE})
     guess = did_you_mean(suite, sorted(known_suites))
-    fix = ("fix the name" if guess else "fix the name, remove the gate, or pass --socialbias-gates-for=present "
-           "to skip the gates of suites this project does not have")
+    fix = ("fix the name" if guess else
+           f"fix the name; if its suite file was deleted, `python -m pytest_socialbias remove {suite}` removes its "
+           "gates too; or pass --socialbias-gates-for=present to skip the gates of suites this project does not have")
     where = f" under {root}" if root is not None else " of the project"
     return (f"names suite {suite!r}, which no suite file{where} defines{guess}; {fix} "
             f"(known suites: {', '.join(known) or 'none found'})")

@@ -180,6 +180,11 @@ class ModelSet:
                 f"but it is not available ({exc}); or pass --target/--judge for API models"
             ) from None
 
+    def use_placeholders(self, reason: str) -> None:
+        """Plan on placeholders of the embedded model whatever is installed (``init``
+        counts what it wrote: the calls and tokens do not depend on the model)."""
+        self._use_placeholders(reason)
+
     def _use_placeholders(self, reason: str) -> None:
         """Stand-ins of the embedded model for target, judge and user, never checked or built
         (models/client.PlaceholderBackend): a dry run plans the calls a real run would send."""
