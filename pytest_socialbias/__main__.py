@@ -165,6 +165,18 @@ def _init_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _remove_configure(parser: argparse.ArgumentParser) -> None:
+    from .starter import add_remove_arguments
+
+    add_remove_arguments(parser)
+
+
+def _remove_run(args: argparse.Namespace) -> int:
+    from .starter import run_remove
+
+    return run_remove(args)
+
+
 def _agreement_configure(parser: argparse.ArgumentParser) -> None:
     from .agreement import add_arguments
 
@@ -206,10 +218,17 @@ def _quality_run(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS: dict[str, Subcommand] = {
     "init": Subcommand(
-        help="write a starter project: the shipped suites (or --suite NAME ...), a thresholds.yaml with "
-        "only their gates, pytest.ini, the CI pipelines with this version pinned, a README stub",
+        help="write a starter project: the starter suites (smoke and DyMT; --suite NAME ... or --all for others), "
+        "a thresholds.yaml with only their gates, pytest.ini, the CI pipelines with this version pinned, a README "
+        "stub; it prints what one record of the suites costs (calls and tokens)",
         configure=_init_configure,
         run=_init_run,
+    ),
+    "remove": Subcommand(
+        help="remove a suite from a project: its suite file, the files only it reads, its snapshots, and its "
+        "gates in thresholds.yaml (the rest of the file kept as written)",
+        configure=_remove_configure,
+        run=_remove_run,
     ),
     "generate-benevdial": Subcommand(
         help="generate labelled BenevDial dialogues (N, OB, BB) with generator models",

@@ -38,6 +38,7 @@ class Aggregator:
         self.gates = gates
         self.gates_file = gates_file  # the thresholds file read, None when none was found
         self.skipped_gates: list[Gate] = []  # of suites the project lacks (--socialbias-gates-for=present)
+        self.skipped_hints: dict[str, str] = {}  # a skipped gate's suite -> " (did you mean 'X'?)" when near one
         # The thresholds file's bytes as this run read them (it may change before the report).
         self.gates_file_sha256 = hashlib.sha256(gates_file.read_bytes()).hexdigest() if gates_file is not None else None
         self.partial = False  # set when the run stopped early (-x, --maxfail)

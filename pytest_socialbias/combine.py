@@ -136,7 +136,12 @@ def combine(options: CombineOptions):
     if settings.thresholds is not None or settings.thresholds_file.exists():
         if not settings.thresholds_file.exists():
             raise ConfigError(f"--thresholds={settings.thresholds}: file not found")
-        gates, gates_file = load_gates(settings.thresholds_file), settings.thresholds_file
+        known = None
+        if settings.gates_for != "present":
+            from .preflight import SPECIAL_SUITES, project_suite_names
+
+            known = project_suite_names(root) | set(SPECIAL_SUITES)  # a misspelt suite named with the rest
+        gates, gates_file = load_gates(settings.thresholds_file, known_suites=known, root=root), settings.thresholds_file
     skipped = []
     if gates:
         gates, skipped = check_gate_suites(gates, settings.thresholds_file, root,

@@ -80,10 +80,20 @@ def path_text(path) -> str:
 MAX_PROBLEMS = 10
 
 
-def validate(data, schema_name: str, source: str, root_node=None) -> None:
-    """Validate ``data``; raise ConfigError naming file, line, path and the expectation of
-    the most relevant problem, then every other one (up to MAX_PROBLEMS), each on its own
-    line; an unknown key gets the nearest known one ("did you mean")."""
+class SchemaProblems(ConfigError):
+    """A file that breaks its schema: the message, and every problem found as
+    ``(path inside the document, line, "source:line: at PATH: what", validator)`` in ``found``."""
+
+    def __init__(self, message: str, found: list):
+        super().__init__(message)
+        self.found = found
+
+
+def validate(data, schema_name: str, source: str, root_node=None, limit: int | None = MAX_PROBLEMS) -> None:
+    """Validate ``data``; raise SchemaProblems (a ConfigError) naming file, line, path and
+    the expectation of the most relevant problem, then every other one (up to ``limit``;
+    None: all), each on its own line; an unknown key gets the nearest known one ("did
+    you mean") and the line of that key."""
     schema = load_schema(schema_name)
     required = schema.get("required") or []
     if isinstance(data, dict) and required and not _any_known_key(data, schema):
@@ -99,18 +109,27 @@ def validate(data, schema_name: str, source: str, root_node=None) -> None:
     first = jsonschema.exceptions.best_match(errors)
     rest = [e for e in errors if e is not first]
 
-    def said(error) -> str:
-        line = yaml_line(root_node, list(error.absolute_path))
-        return f"{source}:{line}: at {path_text(error.absolute_path)}: {_message(error)}{_hint(error)}"
+    def line_of(error) -> int:
+        where = list(error.absolute_path)
+        if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            known = (error.schema or {}).get("properties") or {} if isinstance(error.schema, dict) else {}
+            unknown = [k for k in error.instance if k not in known]
+            if unknown:
+                where.append(unknown[0])  # the line of the unknown key, not of its mapping
+        return yaml_line(root_node, where)
 
+    def said(error) -> str:
+        return f"{source}:{line_of(error)}: at {path_text(error.absolute_path)}: {_message(error)}{_hint(error)}"
+
+    found = [(list(e.absolute_path), line_of(e), said(e), e.validator) for e in [first] + rest]
     message = said(first)
     if rest:
-        shown = rest[: MAX_PROBLEMS - 1]
+        shown = rest if limit is None else rest[: limit - 1]
         left = len(rest) - len(shown)
         message += f"\n  and {len(rest)} more problem(s):" + "".join(f"\n  {said(e)}" for e in shown)
         if left:
             message += f"\n  ... and {left} more"
-    raise ConfigError(message)
+    raise SchemaProblems(message, found)
 
 
 def _any_known_key(data: dict, schema: dict) -> bool:

@@ -22,15 +22,16 @@ session did not run are not evaluated (and summed up apart).
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
-from .files import read_yaml, validate, yaml_line
+from .files import SchemaProblems, read_yaml, validate, yaml_line
 from .metrics.catalogue import is_comparable, is_known_metric, is_percent, known_metrics_text
-from .vocabulary import AXES, CATEGORIES, STYLES, TRACKS, UNSPECIFIED
+from .vocabulary import JUDGE_CHECK_SUITE, AXES, CATEGORIES, STYLES, TRACKS, UNSPECIFIED
 
 PASS, FAIL, NOT_EVALUATED = "pass", "fail", "not_evaluated"
 NO_REGRESSION = "no_regression"
@@ -57,70 +58,118 @@ class Gate:
         return number > self.bound if self.kind == "max" else number < self.bound
 
 
-def load_gates(path: str | Path) -> list[Gate]:
+class GateProblems(ConfigError):
+    """Every problem found in a thresholds file, each at the line of the key at fault, in
+    one message; ``gates`` holds the gates that are sound (the checks made later, on the
+    run's suites, add theirs to the same message: ``with_more``)."""
+
+    def __init__(self, path: Path, problems: list[tuple[int, str]], gates: list | None = None):
+        self.path = Path(path)
+        self.problems = sorted(problems, key=lambda problem: problem[0])
+        self.gates = list(gates or [])
+        super().__init__(self._text())
+
+    def with_more(self, problems: list[tuple[int, str]]) -> "GateProblems":
+        return GateProblems(self.path, self.problems + list(problems), self.gates)
+
+    def _text(self) -> str:
+        if len(self.problems) == 1:
+            line, text = self.problems[0]
+            return f"{self.path}:{line}: {text}"
+        return (f"{len(self.problems)} problems in {self.path} (fix them all before the next run):\n"
+                + "\n".join(f"  {self.path}:{line}: {text}" for line, text in self.problems))
+
+
+def did_you_mean(name, known, lower: bool = True) -> str:
+    """`` (did you mean 'X'?)`` for the known name nearest ``name`` (difflib), or ``""``."""
+    known = [str(k) for k in known]
+    close = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+    if not close and lower:
+        by_lower = {k.lower(): k for k in known}
+        close = [by_lower[c] for c in difflib.get_close_matches(str(name).lower(), list(by_lower), n=1, cutoff=0.6)]
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def metric_hint(metric: str) -> str:
+    """The nearest metric name a gate may use, with the turn kept (``cumulative_bais@3``
+    -> ``cumulative_bias@3``); a per-turn metric given without its turn says so."""
+    from .metrics.catalogue import CATALOGUE, split_name
+
+    name, turn = split_name(str(metric))
+    per_turn = sorted({n for (_, n), m in CATALOGUE.items() if m.by_turn})
+    whole = sorted({n for (_, n), m in CATALOGUE.items() if not m.by_turn})
+    if turn is None and name in per_turn:
+        return f" ({name} is counted per turn: write {name}@T, e.g. {name}@5)"
+    if turn is not None and name in whole:
+        return f" ({name} has no turns: write {name})"
+    close = difflib.get_close_matches(name, per_turn if turn is not None else whole, n=1, cutoff=0.6)
+    close = close or difflib.get_close_matches(name, whole if turn is not None else per_turn, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    suggestion = close[0] + (f"@{turn or 5}" if close[0] in per_turn else "")
+    return f" (did you mean {suggestion!r}?)"
+
+
+def load_gates(path: str | Path, known_suites: set | None = None, root: Path | None = None) -> list[Gate]:
+    """The gates of a thresholds file; GateProblems naming every problem at once, each at
+    the line of its key, with the nearest known name for a misspelt metric, style,
+    category or (given ``known_suites``, the suites the project defines: the suite files
+    under ``root``) suite."""
     path = Path(path)
     data, node = read_yaml(path, "thresholds file")
     if data is None:
         raise ConfigError(f"{path}: the thresholds file is empty; write `gates: []` for no gates")
+    problems: list[tuple[int, str]] = []
+    broken: set[int] = set()  # gates with a problem: not checked further, not kept
+
+    def problem(index: int, key, text: str) -> None:
+        where = ["gates", index] + ([key] if key else [])
+        problems.append((yaml_line(node, where), text))
+        broken.add(index)
+
     if isinstance(data, dict) and isinstance(data.get("gates"), list):
         for index, raw in enumerate(data["gates"]):
             if not isinstance(raw, dict):
                 continue
-            line = yaml_line(node, ["gates", index])
             kinds = [k for k in ("max", "min", NO_REGRESSION) if k in raw]
             if len(kinds) != 1:
-                raise ConfigError(
-                    f"{path}:{line}: at gates[{index}]: gate {raw.get('name')!r} needs exactly one "
-                    "bound: set either max: (the metric must stay at or below it), min: (at or above) "
-                    "or no_regression: true (no significant worsening against --socialbias-baseline)"
-                )
+                problem(index, kinds[1] if len(kinds) > 1 else None,
+                        f"at gates[{index}]: gate {raw.get('name')!r} needs exactly one "
+                        "bound: set either max: (the metric must stay at or below it), min: (at or above) "
+                        "or no_regression: true (no significant worsening against --socialbias-baseline)")
+                continue
             extra = [k for k in _REGRESSION_KEYS if k in raw]
             if kinds[0] != NO_REGRESSION and extra:
-                raise ConfigError(
-                    f"{path}:{line}: at gates[{index}]: gate {raw.get('name')!r}: {', '.join(extra)} "
-                    "only apply to no_regression gates; remove them or write no_regression: true"
-                )
-    validate(data, "thresholds", str(path), node)
+                problem(index, extra[0], f"at gates[{index}]: gate {raw.get('name')!r}: {', '.join(extra)} "
+                        "only apply to no_regression gates; remove them or write no_regression: true")
+    try:
+        validate(data, "thresholds", str(path), node, limit=None)
+    except SchemaProblems as exc:
+        if not (isinstance(data, dict) and isinstance(data.get("gates"), list)):
+            raise ConfigError(str(exc)) from None  # not a list of gates at all: nothing more to read
+        bounds_said = set(broken)  # gates whose bounds are named above: the schema's oneOf says it again
+        for error_path, line, text, validator in exc.found:
+            if len(error_path) >= 2 and error_path[0] == "gates" and isinstance(error_path[1], int):
+                if len(error_path) == 2 and validator == "oneOf" and error_path[1] in bounds_said:
+                    continue
+                broken.add(error_path[1])
+            problems.append((line, text.split(": ", 1)[1] if text.startswith(f"{path}:") else text))
     gates, names = [], set()
     for index, raw in enumerate(data["gates"]):
-        line = yaml_line(node, ["gates", index])
-        kind = "max" if "max" in raw else "min" if "min" in raw else NO_REGRESSION
-        if kind == NO_REGRESSION:
-            if not is_comparable(raw["metric"]):
-                raise ConfigError(
-                    f"{path}:{line}: gate {raw['name']!r}: {raw['metric']!r} cannot be compared case by "
-                    "case; no_regression gates take rates of dialogues or replies (e.g. "
-                    "cumulative_bias@5, refusal_rate, coherence_mean)"
-                )
-            if raw.get("by") and raw.get(raw["by"]) is not None:
-                raise ConfigError(
-                    f"{path}:{line}: gate {raw['name']!r}: by: {raw['by']} compares every {raw['by']}; "
-                    f"remove {raw['by']}: {raw[raw['by']]!r} or the by: key"
-                )
-        elif not math.isfinite(raw[kind]):
-            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind} must be a finite number, got {raw[kind]}")
-        elif is_known_metric(raw["metric"]) and is_percent(raw["metric"]) and not 0 <= raw[kind] <= 1:
-            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: {kind}: {raw[kind]} is not a rate; "
-                              f"{raw['metric']} is a share between 0 and 1{_did_you_mean(raw[kind])}")
-        if any(key in raw for key in ("axis", "value", "role", "detector", "variant")):
-            raw = _benevdial_filters(raw, path, line)
-        if raw.get("category") is not None and raw["category"] not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(raw["category"]) and "detector" not in raw:
-            raise ConfigError(
-                f"{path}:{line}: gate {raw['name']!r}: unknown category {raw['category']!r}; "
-                f"known: {', '.join(CATEGORIES)}, or for BenevDial AXIS=VALUE (e.g. ability=blind) or an axis ({', '.join(AXES)})"
-            )
-        if raw.get("style") is not None and raw["style"] not in STYLES + TRACKS and not ({"role", "variant", "detector"} & set(raw)):
-            raise ConfigError(
-                f"{path}:{line}: gate {raw['name']!r}: unknown style {raw['style']!r}; known: {', '.join(STYLES + TRACKS)}"
-            )
-        if not is_known_metric(raw["metric"]):
-            raise ConfigError(
-                f"{path}:{line}: gate {raw['name']!r}: unknown metric {raw['metric']!r}; known: "
-                + known_metrics_text()
-            )
+        if index in broken or not isinstance(raw, dict):
+            continue
+        found = _gate_problems(raw, known_suites, root)
+        for key, text in found:
+            problem(index, key, f"gate {raw['name']!r}{' ' if key == 'suite' else ': '}{text}")
+        if found:
+            continue
         if raw["name"] in names:
-            raise ConfigError(f"{path}:{line}: duplicate gate name {raw['name']!r}; gate names must be unique")
+            problem(index, "name", f"duplicate gate name {raw['name']!r}; gate names must be unique")
+            continue
         names.add(raw["name"])
+        kind = "max" if "max" in raw else "min" if "min" in raw else NO_REGRESSION
+        if any(key in raw for key in ("axis", "value", "role", "detector", "variant")):
+            raw = _benevdial_filters(raw)
         gates.append(
             Gate(
                 name=raw["name"],
@@ -134,11 +183,72 @@ def load_gates(path: str | Path) -> list[Gate]:
                 alpha=float(raw.get("alpha", 0.05)),
                 by=raw.get("by"),
                 allow_empty=bool(raw.get("allow_empty", False)),
-                index=len(gates),
+                index=index,
                 description=raw.get("description"),
             )
         )
+    if problems:
+        raise GateProblems(path, problems, gates)
     return gates
+
+
+def unknown_suite_text(suite: str, known_suites, root=None) -> str:
+    """Why a gate's suite is refused, with the nearest known name; the option that skips
+    the gates of absent suites is offered only when no known name is near: it would drop
+    a misspelt gate without a word."""
+    known = sorted(set(known_suites) - {JUDGE_CHECK_SUITE})
+    guess = did_you_mean(suite, sorted(known_suites))
+    fix = ("fix the name" if guess else
+           f"fix the name; if its suite file was deleted, `python -m pytest_socialbias remove {suite}` removes its "
+           "gates too; or pass --socialbias-gates-for=present to skip the gates of suites this project does not have")
+    where = f" under {root}" if root is not None else " of the project"
+    return (f"names suite {suite!r}, which no suite file{where} defines{guess}; {fix} "
+            f"(known suites: {', '.join(known) or 'none found'})")
+
+
+def _gate_problems(raw: dict, known_suites: set | None, root=None) -> list[tuple[str | None, str]]:
+    """Every problem of one schema-valid gate, as (its key, what is wrong): its suite, its
+    metric, its bound, its filters, each checked on its own."""
+    out: list[tuple[str | None, str]] = []
+    kind = "max" if "max" in raw else "min" if "min" in raw else NO_REGRESSION
+    if known_suites is not None and raw["suite"] not in known_suites:
+        out.append(("suite", unknown_suite_text(raw["suite"], known_suites, root)))
+    known_metric = is_known_metric(raw["metric"])
+    if not known_metric:
+        hint = metric_hint(raw["metric"])
+        out.append(("metric", f"unknown metric {raw['metric']!r}{hint}; "
+                    + ("every metric is listed under Metrics in docs/results.md" if hint else f"known: {known_metrics_text()}")))
+    if kind == NO_REGRESSION:
+        if known_metric and not is_comparable(raw["metric"]):
+            out.append(("metric", f"{raw['metric']!r} cannot be compared case by case; no_regression gates take rates "
+                        "of dialogues or replies (e.g. cumulative_bias@5, refusal_rate, coherence_mean)"))
+        if raw.get("by") and raw.get(raw["by"]) is not None:
+            out.append(("by", f"by: {raw['by']} compares every {raw['by']}; remove {raw['by']}: {raw[raw['by']]!r} "
+                        "or the by: key"))
+    elif not math.isfinite(raw[kind]):
+        out.append((kind, f"{kind} must be a finite number, got {raw[kind]}"))
+    elif known_metric and is_percent(raw["metric"]) and not 0 <= raw[kind] <= 1:
+        out.append((kind, f"{kind}: {raw[kind]} is not a rate; {raw['metric']} is a share between 0 and 1"
+                    f"{_did_you_mean(raw[kind])}"))
+    for key, clash in (("axis", "category"), ("value", "category"), ("role", "style"), ("detector", "category"), ("variant", "style")):
+        if key in raw and raw.get(clash) is not None:
+            out.append((key, f"give either {key}: or {clash}:, not both"))
+    if "value" in raw and "axis" not in raw:
+        out.append(("value", f"value: {raw['value']!r} needs its axis: (age, gender, race or ability)"))
+    if "detector" in raw and "axis" in raw:
+        out.append(("detector", "give detector: or axis:, not both"))
+    if "variant" in raw and "role" in raw:
+        out.append(("variant", "give variant: or role:, not both"))
+    category = raw.get("category")
+    if category is not None and category not in CATEGORIES + (UNSPECIFIED,) and not _AXIS_RE.match(category) and "detector" not in raw:
+        out.append(("category", f"unknown category {category!r}{did_you_mean(category, CATEGORIES + AXES)}; known: "
+                    f"{', '.join(CATEGORIES)}, or for BenevDial AXIS=VALUE (e.g. ability=blind) or an axis "
+                    f"({', '.join(AXES)})"))
+    style = raw.get("style")
+    if style is not None and style not in STYLES + TRACKS and not ({"role", "variant", "detector"} & set(raw)):
+        out.append(("style", f"unknown style {style!r}{did_you_mean(style, STYLES + TRACKS)}; "
+                    f"known: {', '.join(STYLES + TRACKS)}"))
+    return out
 
 
 def load_ungated(path: str | Path) -> dict[str, str]:
@@ -178,27 +288,19 @@ def _did_you_mean(bound: float) -> str:
 _AXIS_RE = re.compile(r"^(" + "|".join(AXES) + r")(=[a-z0-9][a-z0-9-]*)?$")
 
 
-def _benevdial_filters(raw: dict, path, line) -> dict:
+def _benevdial_filters(raw: dict) -> dict:
     """BenevDial gate filters: ``axis`` (+ ``value``) become the row's category
     (``gender`` or ``gender=female``), ``role`` its style; for detector suites
-    ``detector`` is the category and ``variant`` (default ``clean``) the style."""
-    for key, clash in (("axis", "category"), ("value", "category"), ("role", "style"), ("detector", "category"), ("variant", "style")):
-        if key in raw and raw.get(clash) is not None:
-            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: give either {key}: or {clash}:, not both")
-    if "value" in raw and "axis" not in raw:
-        raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: value: {raw['value']!r} needs its axis: (age, gender, race or ability)")
+    ``detector`` is the category and ``variant`` (default ``clean``) the style. The gate
+    was checked first (``_gate_problem``: no filter given twice)."""
     out = dict(raw)
     if "axis" in raw:
         out["category"] = raw["axis"] + (f"={raw['value']}" if "value" in raw else "")
     if "role" in raw:
         out["style"] = raw["role"]
     if "detector" in raw:
-        if "axis" in raw:
-            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: give detector: or axis:, not both")
         out["category"] = raw["detector"]
     if "variant" in raw:
-        if "role" in raw:
-            raise ConfigError(f"{path}:{line}: gate {raw['name']!r}: give variant: or role:, not both")
         out["style"] = raw["variant"]
     elif "detector" in raw:
         out["style"] = "clean"  # a detector's rows are per variant; clean unless named

@@ -19,6 +19,7 @@ from .judges.guards import (
 )
 from .models import Model, CallPool, ModelSpec, check_credentials, parse_spec
 from .models.client import EndpointCheck
+from .models.local_backend import DEFAULT_NAME as EMBEDDED_MODEL
 from .models.providers import CLASSIFIER, MANAGED, provider_of
 from .protocols import GuardRole, Roles, required_roles
 from .runner import LoopRunner
@@ -82,6 +83,8 @@ class ModelSet:
         self._pool: CallPool | None = None
         self._pool_lock = threading.Lock()
         self._warm_thread: threading.Thread | None = None
+        self.placeholders: set = set()  # CallPool identities of placeholder specs (dry run only)
+        self.placeholder_reason: str | None = None  # why placeholders stand in (the embedded model missing)
         s = settings
         # With no model option at all, every role runs on the embedded model; that is
         # decided (and its runtime checked) only once suite cases are collected, so
@@ -156,8 +159,12 @@ class ModelSet:
         if s.guard_unit:
             check_unit(guard_kind(self.guard_kind), s.guard_unit, f"--socialbias-guard-unit={s.guard_unit}")
 
-    def use_local_default(self) -> None:
-        """Called when cases are collected with no model options: all roles ``local``."""
+    def use_local_default(self, plan_only: bool = False) -> None:
+        """Called when cases are collected with no model options: all roles ``local``.
+
+        ``plan_only`` (a dry run, --collect-only: nothing is called): where the embedded
+        model is not available, placeholders of it stand in, and ``placeholder_reason``
+        says why (models_line names it), instead of a ConfigError."""
         if not self.uses_local_default or "target" in self.specs:
             return
         try:
@@ -165,10 +172,53 @@ class ModelSet:
         except ConfigError as exc:
             for role in ("target", "judge", "user"):
                 self.specs.pop(role, None)
+            if plan_only:
+                self._use_placeholders(str(exc))
+                return
             raise ConfigError(
                 "no model options given, so suite cases run on the embedded local model, "
                 f"but it is not available ({exc}); or pass --target/--judge for API models"
             ) from None
+
+    def use_placeholders(self, reason: str) -> None:
+        """Plan on placeholders of the embedded model whatever is installed (``init``
+        counts what it wrote: the calls and tokens do not depend on the model)."""
+        self._use_placeholders(reason)
+
+    def _use_placeholders(self, reason: str) -> None:
+        """Stand-ins of the embedded model for target, judge and user, never checked or built
+        (models/client.PlaceholderBackend): a dry run plans the calls a real run would send."""
+        from .models.client import CallPool
+
+        self.placeholder_reason = reason
+        for role in ("target", "judge", "user"):
+            spec = parse_spec("local", role_of(role).option)
+            self.specs[role] = spec
+            self.placeholders.add(CallPool._identity(spec))
+        if self._pool is not None:
+            self._pool.placeholders |= self.placeholders
+
+    def models_line(self) -> str:
+        """Which model each role of a real run would use, for a dry run or --collect-only
+        (which call none): the specs given, or the embedded model (and whether it is
+        installed here)."""
+        if self.placeholder_reason is not None:
+            return (
+                "models: no model options given, so a real run would use the embedded local model "
+                f"({EMBEDDED_MODEL}) as target, judge and user simulator, which is not installed here "
+                f"({self.placeholder_reason}); nothing is called now (placeholders of it are planned); "
+                "install it, or pass --target/--judge for API models"
+            )
+        names = {"user": "user simulator"}
+        shown = [f"{names.get(role, role)} {spec}" for role, spec in self._ordered_specs()]
+        if not shown:
+            return "models: none given; a real run needs --target and --judge (or the `local` extra)"
+        where = " (the embedded local model)" if self.uses_local_default else ""
+        return f"models a real run would use{where}: " + ", ".join(shown)
+
+    def _ordered_specs(self) -> list:
+        order = {role: i for i, role in enumerate(ROLE_ORDER)}
+        return sorted(self.specs.items(), key=lambda item: (order.get(item[0].split("-")[0], 9), item[0]))
 
     def missing_roles(self, protocols=None) -> list[str]:
         """Options that must be given before the collected suites' cases can run (each
@@ -276,7 +326,7 @@ class ModelSet:
                     cache = CallCache(self.settings.cache_dir, self.settings.record, run=self.run_id)
                 self._pool = CallPool(
                     cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
-                    dry_run=bool(self.settings.dry_run),
+                    dry_run=bool(self.settings.dry_run), placeholders=set(self.placeholders),
                 )
             return self._pool
 

@@ -284,8 +284,9 @@ OPTIONS: tuple[Option, ...] = (
            help=("write this process's records and the run's metadata to PATH for `python -m pytest_socialbias "
                  "combine`, and decide no gate (alone: the whole run as shard 1/1)")),
     Option("--socialbias-dry-run", "socialbias_dry_run", "dry_run", kind="flag", ini=False, help=(
-        "call no model: print the calls per role and an estimate of the tokens the selected cases would "
-        "use, then stop (exit status 0)")),
+        "call no model: print the models a real run would use, the calls per role and an estimate of the "
+        "tokens the selected cases would use, then stop (exit status 0); needs no key and no model: with no "
+        "model option and no `local` extra, placeholders of the embedded model are planned")),
 )
 
 

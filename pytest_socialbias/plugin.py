@@ -27,7 +27,8 @@ from .aggregate import Aggregator, shown_path
 from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
 from .files import looks_like_suite
-from .gates import load_gates
+from .gates import GateProblems, load_gates
+from .preflight import SPECIAL_SUITES, project_suite_names
 from .modelset import ModelSet
 from .options import add_options, read_settings
 from .protocols import load_suite
@@ -143,15 +144,29 @@ def pytest_configure(config: pytest.Config) -> None:
 
         prompts.use_overrides(settings.prompts)  # before anything renders a prompt
         models = ModelSet(settings, role)
-        gates, gates_file = [], None
+        gates, gates_file, pending, known = [], None, None, None
         if settings.thresholds is not None or settings.thresholds_file.exists():
             if not settings.thresholds_file.exists():
                 raise ConfigError(
                     f"--socialbias-thresholds={settings.thresholds}: file not found; give an existing "
                     "thresholds.yaml or leave the option out"
                 )
-            gates, gates_file = load_gates(settings.thresholds_file), settings.thresholds_file
-        aggregator = _aggregator(config, settings, models, gates, gates_file) if role.aggregates else None
+            gates_file = settings.thresholds_file
+            known = None
+            if role.aggregates and not (config.getoption("help", False) or config.getoption("version", False)):
+                # The project's suites, so that a misspelt suite is named with the file's other problems.
+                known = project_suite_names(Path(config.rootpath))
+                if settings.gates_for != "present":
+                    known = known | set(SPECIAL_SUITES)
+            try:
+                gates = load_gates(gates_file, known_suites=known if settings.gates_for != "present" else None,
+                                   root=Path(config.rootpath))
+            except GateProblems as exc:
+                if not role.aggregates or known is None:
+                    raise
+                # Named with what the run's suites add (gates they can never evaluate).
+                gates, pending = exc.gates, exc
+        aggregator = _aggregator(config, settings, models, gates, gates_file, pending, known) if role.aggregates else None
         if isinstance(role, roles.Worker):
             from .models import managed
 
@@ -173,17 +188,24 @@ def pytest_configure(config: pytest.Config) -> None:
             config.pluginmanager.register(XdistController(state), "socialbias-xdist-controller")
 
 
-def _aggregator(config: pytest.Config, settings, models, gates, gates_file) -> Aggregator:
+def _aggregator(config: pytest.Config, settings, models, gates, gates_file, pending=None, known=None) -> Aggregator:
     """The aggregating process's Aggregator, after the checks made before any work: the
-    cache usable, the suites sound, every gate's suite present and reachable."""
+    cache usable, the suites sound, every gate's suite present and reachable. ``pending``:
+    the thresholds file's own problems (gates.GateProblems), named with those the run's
+    suites add, in one message; ``known``: the project's suite names."""
     if settings.record != "off":
         from .cache import CallCache
 
         # Fail now, before any work, if the folder is unusable or the file damaged.
         CallCache(settings.cache_dir, settings.record, verify=True).close()
-    gates, skipped = _preflight(config, settings, gates)
+    gates, skipped = _preflight(config, settings, gates, pending, known)
     aggregator = Aggregator(settings, models, gates, gates_file)
     aggregator.skip_gates(skipped)
+    if skipped and known:
+        from .gates import did_you_mean
+
+        # Skipped on purpose, but a name near one of the project's may be a typo: said in the header.
+        aggregator.skipped_hints = {gate.suite: did_you_mean(gate.suite, sorted(known)) for gate in skipped}
     aggregator.selection_filters = selection_filters(config)
     return aggregator
 
@@ -208,13 +230,17 @@ def selection_filters(config: pytest.Config) -> list[str]:
     return given
 
 
-def _preflight(config: pytest.Config, settings, gates) -> tuple[list, list]:
+def _preflight(config: pytest.Config, settings, gates, pending=None, known=None) -> tuple[list, list]:
     """Broken suite files, gates naming unknown suites, gates the run's suites can never
-    evaluate: usage errors before any work. ``(gates kept, gates skipped)``: skipped are
-    those of suites the project does not have, with --socialbias-gates-for=present."""
-    from .preflight import check_gate_suites, check_gates_reachable, check_named_files, check_suites
+    evaluate: usage errors before any work, every problem of the thresholds file in one
+    message. ``(gates kept, gates skipped)``: skipped are those of suites the project does
+    not have, with --socialbias-gates-for=present."""
+    from .gates import GateProblems
+    from .preflight import check_gate_suites, check_named_files, check_suites, gate_reach_problems
 
     if config.getoption("help", False) or config.getoption("version", False):
+        if pending is not None:
+            raise pending
         return gates, []
     invocation = Path(config.invocation_params.dir)
     wanted = suites_requested(config)
@@ -222,13 +248,23 @@ def _preflight(config: pytest.Config, settings, gates) -> tuple[list, list]:
     ignored = [(invocation / p).resolve() for p in (config.getoption("ignore") or [])]
     if wanted is True:
         check_named_files([invocation / arg.split("::")[0] for arg in config.args])
-    suites = check_suites(paths, ignored, settings.suite_overrides)
+    try:
+        suites = check_suites(paths, ignored, settings.suite_overrides)
+    except ConfigError:
+        if pending is not None:
+            raise pending from None  # the thresholds file first; the suite file's error comes next
+        raise
     skipped: list = []
     if gates:
         gates, skipped = check_gate_suites(
-            gates, settings.thresholds_file, Path(config.rootpath), present_only=settings.gates_for == "present"
+            gates, settings.thresholds_file, Path(config.rootpath), present_only=settings.gates_for == "present",
+            known=known,
         )
-        check_gates_reachable(gates, suites, settings.thresholds_file, settings)
+    problems = gate_reach_problems(gates, suites, settings.thresholds_file, settings)
+    if pending is not None:
+        raise pending.with_more(problems)
+    if problems:
+        raise GateProblems(settings.thresholds_file, problems, gates)
     return gates, skipped
 
 
@@ -289,7 +325,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         for suite, why in aggregator.declared_ungated.items():
             lines.append(f"socialbias: suite {suite} is UNGATED on purpose ({shown_path(aggregator.gates_file)}): {why}")
         if aggregator.skipped_gates:
-            names = sorted({gate.suite for gate in aggregator.skipped_gates})
+            hints = aggregator.skipped_hints
+            names = [suite + hints.get(suite, "") for suite in sorted({gate.suite for gate in aggregator.skipped_gates})]
             lines.append(
                 f"socialbias: skipped {len(aggregator.skipped_gates)} gate(s) of suites this project does not have "
                 f"({', '.join(names)}; --socialbias-gates-for=present)"
@@ -360,6 +397,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 SKIPPED_SUITES = pytest.StashKey[list]()
 #: Suite files that gave no case, with their loaders' notes (why).
 EMPTY_SUITES = pytest.StashKey[list]()
+MODELS_LINE = pytest.StashKey[str]()  # --collect-only: the models a real run would use
 
 
 def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items) -> list[str]:
@@ -380,6 +418,8 @@ def _collection_lines(config: pytest.Config, start_path: Path) -> list[str]:
     """Suite files that gave no case (and why), and those a bare ``pytest`` left alone."""
     lines = [f"socialbias: {path}: " + ("; ".join(notes) if notes else "no cases (its selection is empty)")
              for path, notes in config.stash.get(EMPTY_SUITES, [])]
+    if MODELS_LINE in config.stash:
+        lines.append(f"socialbias: {config.stash[MODELS_LINE]}")
     skipped = config.stash.get(SKIPPED_SUITES, [])
     if not skipped:
         return lines
@@ -474,14 +514,23 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if not cases:
         return
     role = state.models.role
+    # A dry run and --collect-only call no model: they need none installed or given.
+    plan_only = bool(state.settings.dry_run or config.option.collectonly)
     try:
-        state.models.use_local_default()
+        state.models.use_local_default(plan_only=plan_only)
     except ConfigError as exc:
         if role.usage_errors():
             raise pytest.UsageError(str(exc)) from None
         state.setup_error = str(exc)
     state.protocols = {item.case.protocol for item in cases}
     missing = state.models.missing_roles(state.protocols)
+    if config.option.collectonly:
+        # Listing the cases (an IDE's discovery) calls nothing: say what a real run would use.
+        line = state.models.models_line()
+        if missing:
+            line += f"; a real run also needs {', '.join(missing)}"
+        config.stash[MODELS_LINE] = line
+        missing = []
     if missing and role.usage_errors():
         raise pytest.UsageError(
             f"{len(cases)} social-bias case(s) collected but no model given for "
@@ -506,6 +555,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if state.settings.dry_run and role.aggregates:
         state.aggregator.dry_plan = state.cases.dry_run_plan([item.case for item in cases])
         state.aggregator.dry_plan["power"] = state.aggregator.power_forecast([item.case for item in cases])
+        state.aggregator.dry_plan["models"] = state.models.models_line()
         # Nothing runs: the plan is shown in the summary, and the exit status is 0.
         config.hook.pytest_deselected(items=cases)
         items[:] = [item for item in items if not isinstance(item, CaseItem)]

@@ -24,8 +24,6 @@ from .vocabulary import JUDGE_CHECK_SUITE
 SKIPPED_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "env", "node_modules", "__pycache__", ".tox", ".nox",
                 ".pytest_cache", ".socialbias", "site-packages", "build", "dist", "__snapshots__"}
 SPECIAL_SUITES = (JUDGE_CHECK_SUITE,)
-#: Problems listed one per line in one message before the rest are counted.
-MAX_LISTED = 20
 _SUITE_NAME = re.compile(r"^suite\s*:\s*['\"]?([A-Za-z0-9_-]+)['\"]?\s*(#.*)?$", re.MULTILINE)
 
 
@@ -99,12 +97,23 @@ def check_suites(paths: list[Path], ignored: list[Path], overrides) -> list:
 
 
 def check_gates_reachable(gates, suites, thresholds: Path, settings=None) -> None:
+    """GateProblems (gates.py) naming every gate the run's own suites can never give a
+    number (``gate_reach_problems``), each at its line."""
+    from .gates import GateProblems
+
+    problems = gate_reach_problems(gates, suites, thresholds, settings)
+    if problems:
+        raise GateProblems(thresholds, problems, gates)
+
+
+def gate_reach_problems(gates, suites, thresholds: Path, settings=None) -> list[tuple[int, str]]:
     """ConfigError naming the gate's line when the run's own suite can never give its
     gate a number: a turn beyond the suite's turns (after --socialbias-turns), a
     category or style the suite has no case of, a detector variant it does not run, a
     detector the run's models do not make (``settings``: --judge, --guard), or a
     BenevDial role, axis or demographic value none of its dialogues has. ``allow_empty: true`` gates are left
-    alone (they are meant for runs that may not measure them)."""
+    alone (they are meant for runs that may not measure them). Returns (line, problem)
+    for each such gate, at the line of the key that cannot be met."""
     from .metrics.catalogue import turns_needed
     from .vocabulary import CATEGORIES, STYLES, TRACKS
 
@@ -112,11 +121,12 @@ def check_gates_reachable(gates, suites, thresholds: Path, settings=None) -> Non
     for suite in suites:
         by_name.setdefault(suite.name, []).extend(suite.cases)
     node = None
+    found = []
     for gate in gates:
         cases = by_name.get(gate.suite)
         if not cases or gate.allow_empty:
             continue
-        problem = None
+        problem, key = None, None
         turns = max(case.turns for case in cases)
         needed = turns_needed(gate.metric)
         categories = sorted({case.category for case in cases})
@@ -127,26 +137,39 @@ def check_gates_reachable(gates, suites, thresholds: Path, settings=None) -> Non
             protocol = PROTOCOLS.get(cases[0].protocol)
             longer = (f"pass --socialbias-turns={needed}" if protocol is not None and protocol.turns_option
                       else f"write turns: {needed} in the suite file")
-            problem = (f"{gate.metric} needs {needed} turns, and the suite's dialogues have {turns} in this run; "
-                       f"{longer}, gate an earlier turn, or add allow_empty: true")
+            problem, key = (f"{gate.metric} needs {needed} turns, and the suite's dialogues have {turns} in this run; "
+                            f"{longer}, gate an earlier turn, or add allow_empty: true"), "metric"
         elif gate.category in CATEGORIES and gate.category not in categories:
-            problem = (f"the suite has no {gate.category} case (its categories: {', '.join(categories)}); "
-                       "fix the category or add allow_empty: true")
+            problem, key = (f"the suite has no {gate.category} case (its categories: {', '.join(categories)}); "
+                            "fix the category or add allow_empty: true"), "category"
         elif gate.style in STYLES + TRACKS and gate.style not in styles:
-            problem = (f"the suite has no {gate.style} case (its styles: {', '.join(styles) or 'none'}); "
-                       "fix the style or add allow_empty: true")
+            problem, key = (f"the suite has no {gate.style} case (its styles: {', '.join(styles) or 'none'}); "
+                            "fix the style or add allow_empty: true"), "style"
         elif cases[0].protocol == "benevdial_detect" and gate.style and gate.style not in styles:
-            problem = (f"the suite runs no {gate.style} variant (its variants: {', '.join(styles) or 'none'}); "
-                       "add it to the suite's variants:, fix the gate's variant, or add allow_empty: true")
+            problem, key = (f"the suite runs no {gate.style} variant (its variants: {', '.join(styles) or 'none'}); "
+                            "add it to the suite's variants:, fix the gate's variant, or add allow_empty: true"), "variant"
         elif cases[0].protocol == "benevdial_detect" and gate.category and settings is not None:
-            problem = _detector_unreachable(gate.category, settings)
+            problem, key = _detector_unreachable(gate.category, settings), "detector"
         else:
-            problem = _benevdial_unreachable(gate, cases)
+            problem, key = _benevdial_unreachable(gate, cases)
         if problem:
             if node is None:
                 _, node = read_yaml(thresholds, "thresholds file")
-            line = yaml_line(node, ["gates", gate.index])
-            raise ConfigError(f"{thresholds}:{line}: gate {gate.name!r} can never be evaluated on suite {gate.suite!r}: {problem}")
+            alternates = {"category": ("category", "axis", "value"), "style": ("style", "role", "variant"),
+                          "variant": ("variant", "style"), "detector": ("detector", "category")}
+            keys = [k for k in alternates.get(key, (key,)) if k is not None and _has_key(node, gate.index, k)]
+            line = yaml_line(node, ["gates", gate.index] + keys[:1])
+            found.append((line, f"gate {gate.name!r} can never be evaluated on suite {gate.suite!r}: {problem}"))
+    return found
+
+
+def _has_key(node, index: int, key: str) -> bool:
+    """Whether the thresholds file's gate ``index`` writes ``key``."""
+    try:
+        gate = node.value[[k.value for k, _ in node.value].index("gates")][1].value[index]
+    except (AttributeError, ValueError, IndexError):
+        return False
+    return any(k.value == key for k, _ in getattr(gate, "value", []))
 
 
 def _detector_unreachable(detector: str, settings) -> str | None:
@@ -167,14 +190,15 @@ def _detector_unreachable(detector: str, settings) -> str | None:
     return f"this run has no detector {detector} (its detectors: {', '.join(ids)}); {hint}, or add allow_empty: true"
 
 
-def _benevdial_unreachable(gate, cases) -> str | None:
+def _benevdial_unreachable(gate, cases) -> tuple[str | None, str | None]:
     """Why a BenevDial dialogue suite's cases can never fill a gate's ``axis``/``value``
     (its category: ``gender`` or ``gender=female``) or ``role`` (its style); None when
-    they can, or when a case does not say (hand-written pairs)."""
+    they can, or when a case does not say (hand-written pairs). Returns (why, the gate's
+    key at fault: style or category) or (None, None)."""
     from .vocabulary import AXES
 
     if cases[0].protocol not in ("benevdial_agent", "benevdial_pairs"):
-        return None
+        return None, None
     roles, values, axes = set(), set(), set()
     for case in cases:
         condition, pair = case.extra.get("condition"), case.extra.get("pair")
@@ -186,49 +210,52 @@ def _benevdial_unreachable(gate, cases) -> str | None:
             axes.add(pair.axis)
             profiles = [pair.a, pair.b]
         else:
-            return None
+            return None, None
         for profile in profiles:
             values.update(f"{axis}={profile.value(axis)}" for axis in AXES)
     if gate.style and gate.style not in roles:
         return (f"the suite has no {gate.style} role (its roles: {', '.join(sorted(roles))}); "
-                "sample more, fix the gate's role or add allow_empty: true")
+                "sample more, fix the gate's role or add allow_empty: true"), "style"
     category = gate.category
     if not category:
-        return None
+        return None, None
     axis, _, value = category.partition("=")
     if axis not in AXES:
-        return None
+        return None, None
     if value and category not in values:
         present = sorted(v.partition("=")[2] for v in values if v.startswith(axis + "="))
         return (f"no {'pair' if axes else 'dialogue'} of the suite has {axis} {value} (its {axis} values: "
-                f"{', '.join(present)}); sample more of it, fix the gate's value or add allow_empty: true")
+                f"{', '.join(present)}); sample more of it, fix the gate's value or add allow_empty: true"), "category"
     if not value and cases[0].protocol == "benevdial_pairs" and axis not in axes:
         return (f"no pair of the suite differs in {axis} (its pairs' axes: {', '.join(sorted(axes))}); "
-                "sample more pairs, fix the gate's axis or add allow_empty: true")
-    return None
+                "sample more pairs, fix the gate's axis or add allow_empty: true"), "category"
+    return None, None
 
 
-def check_gate_suites(gates, thresholds: Path, root: Path, present_only: bool = False) -> tuple[list, list]:
+def check_gate_suites(gates, thresholds: Path, root: Path, present_only: bool = False,
+                      known: set | None = None) -> tuple[list, list]:
     """``(kept, skipped)``: the gates whose suite a suite file under ``root`` defines, and
     those of suites none defines. Skipped only with ``present_only``
     (``--socialbias-gates-for=present``: a copied thresholds.yaml that names suites this
-    project does not have); otherwise ConfigError naming every such gate and its line."""
+    project does not have); otherwise GateProblems naming every such gate at the line of
+    its suite, with the nearest known suite name. The option is offered only when no
+    unknown name is near a known one: it would drop a misspelt gate without a word.
+    ``known``: the project's suite names, when already read."""
+    from .gates import GateProblems
+
     if not gates:
         return list(gates), []
-    known = project_suite_names(root) | set(SPECIAL_SUITES)
+    known = (project_suite_names(root) if known is None else set(known)) | set(SPECIAL_SUITES)
     unknown = [gate for gate in gates if gate.suite not in known]
     if present_only or not unknown:
         return [gate for gate in gates if gate.suite in known], unknown
+    raise GateProblems(thresholds, unknown_suite_problems(unknown, thresholds, root, known), gates)
+
+
+def unknown_suite_problems(unknown, thresholds: Path, root: Path, known: set) -> list[tuple[int, str]]:
+    """(line of its suite, problem) for each gate naming a suite no suite file defines."""
+    from .gates import unknown_suite_text
+
     _, node = read_yaml(thresholds, "thresholds file")
-    listed = ", ".join(sorted(known - set(SPECIAL_SUITES))) or "none found"
-    lines = [
-        f"{thresholds}:{yaml_line(node, ['gates', gate.index, 'suite'])}: gate {gate.name!r} names suite {gate.suite!r}"
-        for gate in unknown[:MAX_LISTED]
-    ]
-    if len(unknown) > MAX_LISTED:
-        lines.append(f"... and {len(unknown) - MAX_LISTED} more gate(s) naming unknown suites")
-    raise ConfigError(
-        f"{len(unknown)} gate(s) in {thresholds} name a suite that no suite file under {root} defines "
-        f"(known suites: {listed}):\n  " + "\n  ".join(lines) + "\nfix the names, remove those gates, or pass "
-        "--socialbias-gates-for=present to skip the gates of suites this project does not have"
-    )
+    return [(yaml_line(node, ["gates", gate.index, "suite"]), f"gate {gate.name!r} " + unknown_suite_text(gate.suite, known, root))
+            for gate in unknown]

@@ -49,6 +49,10 @@ class Registry(Generic[T]):
         """The message for a name nothing registered: the nearest one, and all of them."""
         names = [str(n) for n in self._entries]
         close = difflib.get_close_matches(str(name), names, n=1, cutoff=0.6)
+        if not close:  # another spelling of a name: case, - for _ (BenevDial-Agent)
+            by_lower = {n.lower().replace("-", "_"): n for n in names}
+            lowered = difflib.get_close_matches(str(name).lower().replace("-", "_"), list(by_lower), n=1, cutoff=0.6)
+            close = [by_lower[lowered[0]]] if lowered else []
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"unknown {self.kind} {name!r}{hint}; known: {', '.join(names)}"
 

@@ -126,7 +126,7 @@ class CaseRunner:
         from .models.client import CallPool
         from .protocols.base import GuardRole
 
-        pool = CallPool(dry_run=True)
+        pool = CallPool(dry_run=True, placeholders=set(self.models.placeholders))
 
         def twin(model):
             if model is None:

@@ -112,15 +112,17 @@ def _explanation(message: str, path) -> str:
 @pytest.mark.parametrize("gates, line, needles", [
     pytest.param(OK_GATE + gate("name: no-metric", "suite: s", "max: 0.1"), 6,
                  ["gates[1]", "'metric' is a required property"], id="missing-metric"),
-    pytest.param(gate("name: both", "suite: s", "metric: refusal_rate", "max: 0.5", "min: 0.1"), 2,
+    # At the second bound's line: the key at fault, not the gate's first line.
+    pytest.param(gate("name: both", "suite: s", "metric: refusal_rate", "max: 0.5", "min: 0.1"), 6,
                  ["gates[0]", "max", "min"], id="both-max-and-min"),
     pytest.param(gate("name: neither", "suite: s", "metric: refusal_rate"), 2, ["gates[0]", "max", "min"],
                  id="neither-max-nor-min"),
     pytest.param(OK_GATE + gate("name: neither", "suite: s", "metric: refusal_rate"), 6, ["gates[1]", "max", "min"],
                  id="neither-max-nor-min-second-gate"),
     # Lists what is known.
-    pytest.param(OK_GATE + gate("name: typo", "suite: s", "metric: cumulative_bias", "max: 0.1"), 6,
-                 ["unknown metric 'cumulative_bias'", "'typo'", "cumulative_bias@T"], id="unknown-metric"),
+    # At the metric's line, with the spelling it needs.
+    pytest.param(OK_GATE + gate("name: typo", "suite: s", "metric: cumulative_bias", "max: 0.1"), 8,
+                 ["unknown metric 'cumulative_bias'", "'typo'", "write cumulative_bias@T"], id="unknown-metric"),
     # The second 'same', not the first.
     pytest.param(gate("name: same", "suite: s", "metric: refusal_rate", "max: 0.1")
                  + gate("name: other", "suite: s", "metric: error_rate", "max: 0.1")
@@ -316,7 +318,7 @@ def test_unknown_category_or_style_filter_is_an_error(tmp_path, field, value):
     )
     with pytest.raises(ConfigError) as info:
         load_gates(path)
-    assert f"{path}:2" in str(info.value)
+    assert f"{path}:5" in str(info.value)  # the line of the key, not of the gate
     assert f"unknown {field} {value!r}" in str(info.value)
 
 
@@ -359,7 +361,7 @@ def test_no_regression_gate_errors_name_the_line_and_fix(tmp_path, gate, message
 def test_a_rate_bound_outside_0_1_is_an_error_that_suggests_the_fraction(tmp_path, bound, hint):
     path = write(tmp_path, f"gates:\n  - name: g\n    suite: smoke\n    metric: refusal_rate\n    max: {bound}\n")
     message = load_error(path)
-    assert message.startswith(f"{path}:2: gate 'g': max: {bound} is not a rate; refusal_rate is a share between 0 and 1")
+    assert message.startswith(f"{path}:5: gate 'g': max: {bound} is not a rate; refusal_rate is a share between 0 and 1")
     assert message.endswith(hint)
 
 

@@ -30,8 +30,9 @@ from .conftest import model_args
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def init(directory: Path, *suites: str, ci: str = "both", force: bool = False) -> int:
-    return run(SimpleNamespace(directory=directory, suites=list(suites), ci=ci, force=force, list_suites=False))
+def init(directory: Path, *suites: str, ci: str = "both", force: bool = False, every: bool = False) -> int:
+    return run(SimpleNamespace(directory=directory, suites=list(suites), ci=ci, force=force, list_suites=False,
+                               all_suites=every))
 
 
 def test_the_checkout_is_the_shipped_root_of_an_editable_install():
@@ -193,3 +194,108 @@ def test_the_built_wheel_carries_the_starter_and_its_project_runs(tmp_path, serv
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "socialbias: 15 gate(s) from thresholds.yaml" in done.stdout  # smoke 2, dymt 12, judge-check 1
     assert "gates: 0 failed of 15" in done.stdout
+
+
+# --------------------------------------------------------------------------- the starter set, --all, --list, remove
+
+
+def _plan_total(stdout: str) -> tuple[int, int]:
+    """(calls, est. prompt tokens) of the total row of a dry run's table."""
+    import re
+
+    row = next(line for line in stdout.splitlines() if line.startswith("total "))
+    numbers = [int(n.replace(",", "")) for n in re.findall(r"[\d,]+", row)]
+    return numbers[0], numbers[3]
+
+
+def test_init_writes_the_starter_set_and_prints_what_a_dry_run_of_it_counts(tmp_path, capsys):
+    project = tmp_path / "proj"
+    assert main(["init", str(project), "--ci", "none"]) == 0
+    out = capsys.readouterr().out
+    suites = sorted(str(p.relative_to(project)) for p in (project / "suites").rglob("*") if p.is_file())
+    assert suites == ["suites/dymt/dymt.yaml", "suites/dymt/seeds.yaml", "suites/smoke.yaml"]  # no FairMT, no baselines
+    assert {g.suite for g in load_gates(project / "thresholds.yaml")} == {"smoke", "dymt", "judge-check"}
+    assert "(suites: smoke, dymt)" in out
+    line = next(line for line in out.splitlines() if line.startswith("one record of these suites"))
+    import re
+
+    cases, calls, prompt = (int(n.replace(",", "")) for n in re.search(
+        r"([\d,]+) cases, ([\d,]+) calls, est\. ([\d,]+) prompt tokens", line).groups())
+    assert cases == 486 and "  smoke: 6 cases" in out and "  dymt: 480 cases" in out
+    # The very numbers the project's own dry run prints (no model, no key, no local extra).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "PYTEST_"))}
+    hide = ("import sys, pytest; from pytest_socialbias.models import local_backend; "
+            "local_backend.RUNTIME_MODULE = 'llama_cpp_not_installed'; sys.exit(pytest.main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", hide, "suites/", "--socialbias-dry-run", "-p", "no:randomly",
+                           "-p", "no:cacheprovider"], cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "which is not installed here" in done.stdout
+    assert _plan_total(done.stdout) == (calls, prompt)
+
+
+def test_init_all_writes_every_shipped_suite(tmp_path, capsys):
+    project = tmp_path / "proj"
+    assert init(project, ci="none", every=True) == 0
+    out = capsys.readouterr().out
+    for path in shipped_suites(ROOT).values():
+        assert (project / path).is_file(), path
+    assert "suites/dymt/fairmt.yaml" in out and "2,179 cases" in out
+    assert main(["init", str(tmp_path / "other"), "--all", "--suite", "smoke"]) == 2
+    assert "--all copies every shipped suite" in capsys.readouterr().err
+
+
+def test_init_list_shows_every_suite_s_cases_and_description(capsys):
+    assert main(["init", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name, path in shipped_suites(ROOT).items():
+        row = next(i for i, line in enumerate(lines) if line[2:].split()[:1] == [name])
+        assert f"{path}" in lines[row] and " cases " in lines[row]
+        description = lines[row + 1].strip()
+        assert description and description != "(no description)", name
+        assert lines[row].startswith("* ") == (name in ("smoke", "dymt"))
+    assert any(" dymt " in line and " 480 cases" in line for line in lines)
+    assert any(" fairmt " in line and " 0 cases" in line for line in lines)
+
+
+def test_remove_drops_a_suite_its_own_files_and_its_gates_keeping_the_rest_of_the_file(tmp_path, capsys):
+    project = tmp_path / "proj"
+    assert init(project, "dymt", "zeroshot", "smoke", ci="none") == 0
+    before = (project / "thresholds.yaml").read_text()
+    assert main(["remove", "zeroshot", "--dir", str(project)]) == 0
+    out = capsys.readouterr().out
+    assert not (project / "suites/dymt/zeroshot.yaml").exists()
+    assert (project / "suites/dymt/seeds.yaml").is_file() and "kept    suites/dymt/seeds.yaml (another suite reads it)" in out
+    after = (project / "thresholds.yaml").read_text()
+    assert "zeroshot" not in after
+    assert {g.suite for g in load_gates(project / "thresholds.yaml")} == {"smoke", "dymt", "judge-check"}
+    # Only the zeroshot gates' lines went: every other line (comments too) is as init wrote it.
+    import difflib
+
+    ops = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines()).get_opcodes()
+    assert {op for op, *_ in ops} <= {"equal", "delete"}
+    deleted = [line for op, i1, i2, _, _ in ops if op == "delete" for line in before.splitlines()[i1:i2]]
+    assert "    suite: zeroshot" in deleted and not any("suite:" in line and "zeroshot" not in line for line in deleted)
+    assert "removed 2 gate(s) of zeroshot" in out
+
+
+def test_a_suite_file_deleted_by_hand_is_named_with_the_fix_and_remove_clears_it(tmp_path, server):
+    project = tmp_path / "proj"
+    assert init(project, "smoke", "zeroshot", ci="none") == 0
+    (project / "suites/dymt/zeroshot.yaml").unlink()
+    done = _run_project(Path(sys.executable), project, server)
+    assert done.returncode == 4  # a gate never disappears silently
+    assert "names suite 'zeroshot', which no suite file under" in done.stderr
+    assert "python -m pytest_socialbias remove zeroshot" in done.stderr
+    assert main(["remove", "zeroshot", "--dir", str(project)]) == 0
+    done = _run_project(Path(sys.executable), project, server)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert main(["remove", "zeroshot", "--dir", str(project)]) == 2  # nothing left of it
+
+
+def test_init_adding_a_suite_to_a_project_says_when_the_kept_gates_lack_it(tmp_path, capsys):
+    project = tmp_path / "proj"
+    assert init(project, "smoke", ci="none") == 0
+    capsys.readouterr()
+    assert init(project, "zeroshot", ci="none") == 0
+    out = capsys.readouterr().out
+    assert "kept  thresholds.yaml" in out and "has no gate for zeroshot" in out

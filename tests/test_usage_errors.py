@@ -141,8 +141,13 @@ def test_options_can_come_from_the_ini_file(pytester, keys, server):
     [
         ("gates: [\n", ["thresholds.yaml:", "not valid YAML"]),
         ("", ["thresholds.yaml: the thresholds file is empty"]),
+        # Both problems of the gate, each at its own line.
         ("gates:\n  - name: g\n    suite: s\n    metric: bias_rate_typo\n    max: 0.1\n",
-         ["thresholds.yaml:2", "unknown metric 'bias_rate_typo'", "cumulative_bias@T"]),
+         ["2 problems in", "thresholds.yaml:4: gate 'g': unknown metric 'bias_rate_typo' (did you mean",
+          "thresholds.yaml:3: gate 'g' names suite 's'"]),
+        # No name near it: every known one is listed.
+        ("gates:\n  - name: g\n    suite: demo\n    metric: zzz\n    max: 0.1\n",
+         ["thresholds.yaml:4: gate 'g': unknown metric 'zzz'; known: cumulative_bias@T"]),
         ("gates:\n  - name: g\n    suite: s\n    metric: refusal_rate\n",
          ["thresholds.yaml:2", "gates[0]"]),
         ("gates:\n  - name: g\n    suite: s\n    metric: refusal_rate\n    max: 0.1\n    compare: upper\n",
@@ -202,9 +207,15 @@ def test_a_gate_naming_an_unknown_suite_is_a_usage_error_listing_every_such_gate
     pytester.makefile(".yaml", demo=GOOD_SUITE)
     pytester.makefile(".yaml", thresholds=UNKNOWN_SUITE_GATES)
     result = pytester.runpytest("demo.yaml", *model_args(server))
-    assert_usage_error(result, "2 gate(s) in", "(known suites: demo)", "thresholds.yaml:3: gate 'g' names suite 'demoo'",
-                       "thresholds.yaml:11: gate 'h' names suite 'benevdial-agent'", "fix the names, remove those gates",
-                       "--socialbias-gates-for=present")
+    assert_usage_error(result, "2 problems in", "(known suites: demo)",
+                       "thresholds.yaml:3: gate 'g' names suite 'demoo', which no suite file under",
+                       "thresholds.yaml:11: gate 'h' names suite 'benevdial-agent'")
+    lines = result.stderr.str().splitlines()
+    # The misspelt name gets its suggestion, and never the option that would drop its gate.
+    demoo = next(line for line in lines if "'demoo'" in line)
+    assert "(did you mean 'demo'?); fix the name (known suites" in demoo and "gates-for" not in demoo
+    absent = next(line for line in lines if "'benevdial-agent'" in line)
+    assert "did you mean" not in absent and "or pass --socialbias-gates-for=present" in absent
     assert server.request_count == 0
 
 

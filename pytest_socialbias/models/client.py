@@ -86,6 +86,9 @@ class CallPool:
     gpus: str | None = None  # --socialbias-gpus: in-process models pick theirs from it
     dry_run: bool = False  # --socialbias-dry-run: answer with dry_response, call nothing
     dry_seen: set = field(default_factory=set)  # request keys a dry run has planned
+    #: Specs a dry run or --collect-only stands in for a model this machine cannot run (the
+    #: embedded model without the `local` extra): never checked or built, only planned.
+    placeholders: set = field(default_factory=set)
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
     _backends: dict = field(default_factory=dict)
@@ -187,6 +190,8 @@ class CallPool:
         Decoding parameters travel with each call, so they are not part of the identity.
         """
         identity = self._identity(spec)
+        if self.is_placeholder(spec):
+            return PlaceholderBackend(spec)
         with self._lock:  # the warm-up thread and the event loop may both ask
             if identity not in self._backends:
                 self._backends[identity] = build_backend(
@@ -199,6 +204,11 @@ class CallPool:
     def _identity(spec: ModelSpec) -> tuple:
         return (spec.provider, spec.model, spec.base_url, tuple(sorted(spec.transport.items())),
                 canonical_json(spec.runtime))
+
+    def is_placeholder(self, spec: ModelSpec) -> bool:
+        """Whether ``spec`` only stands in for a model this machine lacks (a dry run
+        plans with it; nothing can call it)."""
+        return bool(self.placeholders) and self._identity(spec) in self.placeholders
 
     def built_backend(self, spec: ModelSpec):
         """The backend of ``spec`` if this process built it, else None (builds nothing)."""
@@ -301,6 +311,22 @@ def _first_line(exc: BaseException) -> str:
     return message[0][:300] if message else ""
 
 
+class PlaceholderBackend:
+    """What a dry run plans with in place of a model this machine cannot run: it names
+    the model in the cache key (``placeholder://``, so no recorded answer is taken for
+    it) and answers nothing (a dry run never sends a call)."""
+
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+        self.base_url = f"placeholder://{spec.provider}/{spec.model}"
+
+    async def complete(self, *args, **kwargs):
+        raise RuntimeError(f"{self.spec}: a placeholder of a dry run cannot be called")
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Model:
     """A model in one role (``target``, ``judge``, ``user``) of this run.
 
@@ -335,7 +361,8 @@ class Model:
         #: Whether a call of this role asked for answers held to labels (judges, guards):
         #: the endpoint's constraint method is reported only under such roles.
         self.asks_constrained = False
-        check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
+        if not settings.is_placeholder(spec):
+            check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
         # The endpoint check (module docstring): HTTP endpoints only; an in-process runtime
         # rejects nothing and holds answers to labels itself.
         self.check = check if check is not None and self.provider.can(ADAPTS) else None

@@ -78,9 +78,19 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
     return suite
 
 
+def protocol_named(name) -> Protocol | None:
+    """The protocol a suite's ``protocol:`` names, as written in the docs too: case and
+    ``-``/``_`` do not matter (``DyMT``, ``BenevDial-agent``)."""
+    found = PROTOCOLS.get(name)
+    if found is None and isinstance(name, str):
+        wanted = name.strip().lower().replace("-", "_")
+        found = next((p for key, p in PROTOCOLS.items() if str(key).lower().replace("-", "_") == wanted), None)
+    return found
+
+
 def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     source = read_suite(path, overrides.root)
-    protocol = PROTOCOLS.get(source.protocol)
+    protocol = protocol_named(source.protocol)
     if protocol is None:
         raise source.error(["protocol"], PROTOCOLS.unknown(source.protocol) + "; a project adds one with "
                            "pytest_socialbias.protocols.register_protocol in its conftest.py")

@@ -447,6 +447,8 @@ def dry_run_lines(plan: dict) -> list[str]:
         rows.append([role] + [f"{v:,}" for v in values])
     rows.append(["total"] + [f"{v:,}" for v in totals])
     lines = [f"{plan['cases']} case(s) selected; no model was called"]
+    if plan.get("models"):
+        lines.append(plan["models"])
     lines += _table(["role", "calls", "cached", "to call", "est. prompt tokens", "est. completion tokens"], rows)
     lines.append("(estimates for the calls not in the cache: prompts at 4 characters per token, completions at")
     lines.append(" each role's max_tokens (an upper bound; judges answer in one token); retries for role")
