@@ -276,7 +276,7 @@ class ModelSet:
                     cache = CallCache(self.settings.cache_dir, self.settings.record, run=self.run_id)
                 self._pool = CallPool(
                     cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
-                    dry_run=bool(self.settings.dry_run),
+                    dry_run=bool(self.settings.dry_run), miss_hint=self.settings.miss_hint,
                 )
             return self._pool
 

@@ -86,6 +86,7 @@ class CallPool:
     gpus: str | None = None  # --socialbias-gpus: in-process models pick theirs from it
     dry_run: bool = False  # --socialbias-dry-run: answer with dry_response, call nothing
     dry_seen: set = field(default_factory=set)  # request keys a dry run has planned
+    miss_hint: str | None = None  # --socialbias-miss-hint: what a replay miss tells the reader to do
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
     _backends: dict = field(default_factory=dict)
@@ -541,7 +542,8 @@ class Model:
                     counter.add(self.role, True, response)
                 return response
             if cache.mode == "none" and not self.settings.dry_run:
-                raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2)
+                raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2,
+                                hint=self.settings.miss_hint)
         if self.settings.dry_run:
             # A request repeated within the run is answered from the cache by then.
             repeated = key in self.settings.dry_seen
