@@ -604,7 +604,8 @@ def test_github_pull_request_that_changes_the_suite_goes_green_after_the_label(t
     read the keys) is refused before any model is called; once a maintainer labels the
     honest one, record-pr records the new requests with the base's pinned plugin and
     pytest.ini, and the pull request's replay passes with no request sent. The record job
-    of the default branch never restores the pull request's cache."""
+    of the default branch never restores the pull request's cache; its conftest.py, which
+    the replay imports, never runs where the key is."""
     cases = [("age-001", "age", "Plain statement."), ("gender-001", "gender", "BIASME statement.")]
     base = _project(tmp_path / "repo", cases)
     service = ServiceCache(tmp_path / "service", prefix_match=True)
@@ -615,13 +616,19 @@ def test_github_pull_request_that_changes_the_suite_goes_green_after_the_label(t
         assert runner.run("record", {"event_name": "schedule"}, tmp_path / "w", base, run_id=1).status == "success"
         recorded = server.request_count
 
-        # The pull request: one more case; its own pytest.ini would break any run that read it.
+        # The pull request: one more case, and a conftest.py at its root that notes the key of
+        # any run that imports it (pytest imports it in every run of this checkout).
         pr = tmp_path / "pr"
         shutil.copytree(base, pr)
-        _project(pr, cases + [("race-001", "race", "A new seed.")], pytest_ini="[pytest]\naddopts = -p no_such_plugin\n")
+        _project(pr, cases + [("race-001", "race", "A new seed.")])
+        seen = tmp_path / "seen-keys"
+        (pr / "conftest.py").write_text(
+            f"import os\nwith open({str(seen)!r}, 'a') as f:\n    f.write('key:' + os.environ.get('OPENAI_API_KEY', '') + '\\n')\n",
+            encoding="utf-8")
         event = {"event_name": "pull_request", "event": {"pull_request": {"number": 12, "head": {"sha": "c0ffee"}}}}
         replay = runner.run("replay", event, tmp_path / "w", pr)
         assert replay.status == "failure" and server.request_count == recorded
+        assert seen.read_text().splitlines() == ["key:"]  # its replay imported it, and had no key
         assert "no recorded answer in the cache" in replay.output
         assert "set the label socialbias-record" in replay.output
         assert "rerun with --socialbias-record=new" not in replay.output
@@ -654,6 +661,7 @@ def test_github_pull_request_that_changes_the_suite_goes_green_after_the_label(t
         assert 0 < server.request_count - recorded < recorded
         assert service.saved[-1] == "pr-socialbias-12-3-1"
         assert runner.installs[-1] == version
+        assert seen.read_text().splitlines() == ["key:"], "record-pr imported nothing of the pull request"
         sent = server.request_count
         replay = runner.run("replay", event, tmp_path / "w", pr)
         assert replay.status == "success" and server.request_count == sent, replay.output[-3000:]
@@ -729,7 +737,7 @@ def test_gitlab_fork_merge_request_and_the_merge_request_record(tmp_path):
         keys = {"OPENAI_API_KEY": "sk-test-protected"}  # protected variables: protected refs only
         settings = {"TARGET": "openai:t", "JUDGE": "openai:j"}
         main = tmp_path / "main"
-        _git(tmp_path, "clone", "-q", str(origin), str(main))
+        _git(tmp_path, "clone", "-q", "-b", "main", str(origin), str(main))
         record = GitLabRunner(parent, {**env, **keys}, settings).run(
             "socialbias-record", main, {"CI_PIPELINE_SOURCE": "schedule", "CI_COMMIT_BRANCH": "main"}, True)
         assert record.status == "success", record.output[-3000:]
