@@ -177,6 +177,18 @@ def _remove_run(args: argparse.Namespace) -> int:
     return run_remove(args)
 
 
+def _pr_data_configure(parser: argparse.ArgumentParser) -> None:
+    from .prdata import add_arguments
+
+    add_arguments(parser)
+
+
+def _pr_data_run(args: argparse.Namespace) -> int:
+    from .prdata import run
+
+    return run(args)
+
+
 def _agreement_configure(parser: argparse.ArgumentParser) -> None:
     from .agreement import add_arguments
 
@@ -245,6 +257,12 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         help="tools for the record/replay cache (verify, merge)",
         configure=_cache_configure,
         run=_cache_run,
+    ),
+    "pr-data": Subcommand(
+        help="for the CI record job of pull requests: replace the checkout's suites and gates by a pull "
+        "request's, data files only (no code, no links), and take its plain model specs and plugin pin",
+        configure=_pr_data_configure,
+        run=_pr_data_run,
     ),
     "agreement": Subcommand(
         help="agreement among raters of labelled items (two: Cohen's kappa and Gwet's AC1; more: Fleiss' kappa "

@@ -36,7 +36,10 @@ class ModelCallError(SocialBiasError):
 class CacheMiss(ModelCallError):
     """Replay-only mode (--socialbias-record=none) found no recorded answer."""
 
-    def __init__(self, role: str, spec: str, key: str, legacy: bool = False):
+    #: What the message tells the reader to do unless --socialbias-miss-hint says otherwise.
+    DEFAULT_HINT = "rerun with --socialbias-record=new to record it"
+
+    def __init__(self, role: str, spec: str, key: str, legacy: bool = False, hint: str | None = None):
         why = (
             "; the cache was recorded by an earlier version of pytest-socialbias, whose judge "
             "calls on HTTP endpoints were keyed another way" if legacy else ""
@@ -45,6 +48,6 @@ class CacheMiss(ModelCallError):
             role,
             spec,
             f"no recorded answer in the cache (key {key[:16]}) and --socialbias-record=none{why}; "
-            "rerun with --socialbias-record=new to record it",
+            f"{hint or self.DEFAULT_HINT}",
         )
         self.key = key

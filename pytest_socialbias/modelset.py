@@ -327,6 +327,7 @@ class ModelSet:
                 self._pool = CallPool(
                     cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
                     dry_run=bool(self.settings.dry_run), placeholders=set(self.placeholders),
+                    miss_hint=self.settings.miss_hint,
                 )
             return self._pool
 

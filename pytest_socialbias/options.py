@@ -163,6 +163,11 @@ OPTIONS: tuple[Option, ...] = (
            help=("record/replay mode: none = replay only, a miss errors the case; new = replay hits, record "
                  "misses (default); older:AGE = new, and ask again what an earlier run recorded more than AGE "
                  "ago (older:7d; units s m h d w); all = ask every request again, once per run; off = no cache")),
+    Option("--socialbias-miss-hint", "socialbias_miss_hint", "miss_hint", metavar="TEXT",
+           parse=lambda raw, option, where: str(raw).strip() or None, help=(
+               "what a case that missed the cache under --socialbias-record=none tells the reader to do, in place "
+               "of \"rerun with --socialbias-record=new to record it\": a CI replay job has no key, so its hint says "
+               "who records the answers and how (empty: that default)")),
     Option("--socialbias-cache-dir", "socialbias_cache_dir", "cache_dir", metavar="DIR", default=".socialbias",
            parse=_under_root, help="folder of the record/replay cache (default .socialbias/ in the rootdir)"),
     Option("--socialbias-thresholds", "socialbias_thresholds", "thresholds", metavar="PATH", parse=_under_root,
@@ -300,6 +305,7 @@ class Settings:
     concurrency: int = 16
     record: str = "new"
     cache_dir: Path = Path(".socialbias")
+    miss_hint: str | None = None  # --socialbias-miss-hint: what a replay miss says to do
     thresholds: Path | None = None  # given explicitly; else thresholds.yaml in the rootdir if present
     report: Path | None = None
     batch_size: int | None = None
@@ -373,7 +379,7 @@ HELP_GROUPS = (
      ("--target", "--judge", "--user-model", "--socialbias-system-prompt", "--socialbias-prompts",
       "--socialbias-simulator-check")),
     ("socialbias-run", "social-bias: running the cases",
-     ("--socialbias-record", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
+     ("--socialbias-record", "--socialbias-miss-hint", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
       "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample", "--socialbias-allow-outside-files")),
     ("socialbias-shards", "social-bias: one run over several machines",
      ("--socialbias-shard", "--socialbias-partial")),

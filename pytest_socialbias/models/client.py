@@ -89,6 +89,7 @@ class CallPool:
     #: Specs a dry run or --collect-only stands in for a model this machine cannot run (the
     #: embedded model without the `local` extra): never checked or built, only planned.
     placeholders: set = field(default_factory=set)
+    miss_hint: str | None = None  # --socialbias-miss-hint: what a replay miss tells the reader to do
     totals: UsageCounter = field(default_factory=UsageCounter)
     _semaphore: asyncio.Semaphore | None = None
     _backends: dict = field(default_factory=dict)
@@ -568,7 +569,8 @@ class Model:
                     counter.add(self.role, True, response)
                 return response
             if cache.mode == "none" and not self.settings.dry_run:
-                raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2)
+                raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2,
+                                hint=self.settings.miss_hint)
         if self.settings.dry_run:
             # A request repeated within the run is answered from the cache by then.
             repeated = key in self.settings.dry_seen
