@@ -135,6 +135,13 @@ def test_a_dialogue_names_the_prompt_its_simulator_was_sent(monkeypatch):
     assert "user_simulator@1" in api and "user_simulator_continuation@1" not in api
 
 
+def test_a_spec_cannot_set_continuation():
+    from pytest_socialbias.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"--target=local\?continuation=true: continuation is no spec setting"):
+        parse_spec("local?continuation=true", "--target")
+
+
 # ---- the real embedded model ---------------------------------------------------------------
 
 
