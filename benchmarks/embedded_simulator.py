@@ -1,6 +1,6 @@
 """README's main job on the embedded model, run again and again: does it end measured?
 
-    python benchmarks/embedded_simulator.py                        # seeds 1..10, this checkout
+    python benchmarks/embedded_simulator.py                        # seeds 1, 11, ..., 91, this checkout
     python benchmarks/embedded_simulator.py --code /tmp/old        # another checkout, as before
     python benchmarks/embedded_simulator.py --seeds none           # README's command as it is
 
@@ -8,7 +8,9 @@ Each run is README's main job (``pytest suites/smoke.yaml -m "age or gender or r
 --socialbias-allow-partial``: three two-turn smoke dialogues, every role on the embedded
 SmolLM2-135M run in-process by llama.cpp) with every role's sampling seed set to one value
 (``--target=local?seed=S --judge=local?seed=S --user-model=local?seed=S``; ``none``: no model
-option, README's command exactly), a fresh cache and a JSON report of its own under
+option, README's command exactly). A fixed seed's repeated draws use seeds S, S+1, ... (the
+client adds the sample index), so the default seeds are 10 apart: no two runs share a
+draw. Each run has a fresh cache and a JSON report of its own under
 ``--out``. A run whose report is already there is read, not run again, so an interrupted
 measurement resumes. It prints per run the exit status, the case outcomes and the
 simulated user's record (draws, draws the checks refused, turns whose every draw was
@@ -41,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_socialbias.metrics.rates import clopper_pearson  # noqa: E402
 
+DEFAULT_SEEDS = ",".join(str(s) for s in range(1, 101, 10))
 MAIN_JOB = ["suites/smoke.yaml", "-m", "age or gender or race", "--socialbias-allow-partial"]
 
 
@@ -102,7 +105,9 @@ def interval(x: int, n: int) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--code", type=Path, default=ROOT, help="checkout whose plugin runs (default: this one)")
-    parser.add_argument("--seeds", default="1-10", help="sampling seeds: A-B, a comma list, or none (default 1-10)")
+    parser.add_argument("--seeds", default=DEFAULT_SEEDS,
+                        help=f"sampling seeds: A-B, a comma list, or none (default {DEFAULT_SEEDS}: 10 apart, so no "
+                             "two runs share a draw)")
     parser.add_argument("--out", type=Path, default=Path("embedded-simulator-runs"),
                         help="folder of the runs' caches and reports (a report there is read, not run again)")
     parser.add_argument("--threads", type=int, default=None, help="llama.cpp threads per run")
