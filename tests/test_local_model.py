@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_socialbias.protocols.embedded_user import EMBEDDED_ATTEMPTS
+
 from .conftest import suite_yaml, read_report
 
 pytestmark = pytest.mark.local_model
@@ -26,11 +28,11 @@ def test_no_model_options_runs_a_short_dialogue_on_the_embedded_model(pytester, 
     if case["outcome"] == "error":
         # The embedded model is a weak simulated user: when every draw breaks role (it
         # often says it is testing or auditing), the case is an error listing the drafts,
-        # never a measured turn, and the run fails.
+        # never a measured turn, and the run fails. It gets more draws than an API simulator.
         assert result.ret == 1, result.stdout.str()
         assert [e["kind"] for e in case["errors"]] == ["user_simulator_error"], case["errors"]
-        assert "broke role on all 3 draws" in case["errors"][0]["message"]
-        assert case["simulator"]["failed"] == 1 and case["simulator"]["draws"] == 3
+        assert f"broke role on all {EMBEDDED_ATTEMPTS} draws" in case["errors"][0]["message"]
+        assert case["simulator"]["failed"] == 1 and case["simulator"]["draws"] == EMBEDDED_ATTEMPTS
     else:
         assert result.ret == 0, result.stdout.str()
         # The grammar-constrained judge always answers Yes or No: a real label, no judge error.

@@ -30,6 +30,11 @@ DEFAULT_NAME = "smollm2-135m-instruct"
 #: Context window: SmolLM2 was trained on 8k tokens; 4k holds a 10-turn dialogue of short
 #: turns and keeps the KV cache near 100 MB.
 DEFAULT_N_CTX = 4096
+#: A call parameter (never a spec's): the last message's content is a text for the model
+#: to continue, sent as it is, without the chat template (the embedded user simulator's
+#: requests, protocols/embedded_user.py). It enters the cache key and the sampling seed
+#: as every parameter does.
+CONTINUATION = "continuation"
 
 INSTALL_HINT = (
     'pip install "pytest-socialbias[local]" (set CMAKE_ARGS=-DGGML_NATIVE=OFF for a build '
@@ -138,9 +143,17 @@ class LocalBackend:
         kwargs = {k: params[k] for k in ("temperature", "top_p", "max_tokens") if k in params}
         # Any other parameter passes through when llama.cpp's chat completion takes it
         # (top_k, min_p, repeat_penalty, ...).
+        continuation = bool(params.get(CONTINUATION))
+        if continuation and (top_logprobs is not None or choices):
+            raise LocalModelError(f"{self.path.name}: a continuation takes no log-probabilities or choices")
         for name, value in params.items():
-            if name in kwargs or name == "seed":
+            if name in kwargs or name in ("seed", CONTINUATION):
                 continue
+            if continuation and name not in _completion_parameters():
+                raise LocalModelError(
+                    f"{self.path.name}: llama.cpp's text completion (the embedded user simulator's requests) takes no "
+                    f"parameter {name!r}; known: " + ", ".join(sorted(_completion_parameters()))
+                )
             if name not in _sampling_parameters():
                 raise LocalModelError(
                     f"{self.path.name}: llama.cpp takes no parameter {name!r}; known: "
@@ -164,17 +177,21 @@ class LocalBackend:
             # the request alone (at the cost of re-reading shared prompt prefixes).
             model.reset()
             try:
-                out = model.create_chat_completion(messages=messages, **kwargs)
+                if continuation:
+                    out = model.create_completion(prompt=messages[-1]["content"], **kwargs)
+                else:
+                    out = model.create_chat_completion(messages=messages, **kwargs)
             except ValueError as exc:  # e.g. "Requested tokens (5000) exceed context window of 4096"
                 raise LocalModelError(f"{self.path.name}: {exc}") from None
         choice = out["choices"][0]
         usage = out.get("usage") or {}
+        text = choice.get("text") if continuation else choice["message"].get("content")
         return ChatResponse(
-            text=(choice["message"].get("content") or "").strip(),
+            text=(text or "").strip(),
             finish_reason=choice.get("finish_reason") or FINISH_STOP,
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
-            logprobs=_logprobs(choice.get("logprobs")),
+            logprobs=None if continuation else _logprobs(choice.get("logprobs")),
             model=self.spec.model,
         )
 
@@ -201,6 +218,22 @@ def _sampling_parameters() -> set:
         _SAMPLING.update(names - {"self", "messages", "functions", "function_call", "tools", "tool_choice",
                                   "stream", "logprobs", "top_logprobs", "grammar", "seed"})
     return _SAMPLING
+
+
+_COMPLETION: set = set()
+
+
+def _completion_parameters() -> set:
+    """The keyword parameters of llama.cpp's text completion that a spec may set."""
+    if not _COMPLETION:
+        import inspect
+
+        import llama_cpp
+
+        names = set(inspect.signature(llama_cpp.Llama.create_completion).parameters)
+        _COMPLETION.update(names - {"self", "prompt", "suffix", "echo", "stream", "logprobs", "grammar", "seed",
+                                    "stopping_criteria", "logits_processor"})
+    return _COMPLETION
 
 
 def _logprobs(data) -> list | None:

@@ -266,6 +266,8 @@ LOCAL = register(Provider(
     capabilities=frozenset({CONSTRAINED_ANSWERS, LOGPROBS, SEED}), build_early=False,
     judge_warning=EMBEDDED_JUDGE_WARNING, url_hint="to use a llama.cpp server, write openai:MODEL@{url}",
     unsupported=(("reasoning_effort", "the embedded llama.cpp runtime has no reasoning_effort"),
+                 ("continuation", "continuation is no spec setting: the embedded user simulator's requests set it "
+                                  "themselves (docs/running-dymt.md); remove continuation="),
                  ("thinking_budget", "the embedded llama.cpp runtime has no thinking_budget")),
 ))
 

@@ -19,6 +19,7 @@ from ..judges import judge_binary, judge_scale
 from ..judges.guards import guard_kind, screen_in_unit
 from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STYLES, USER_SIMULATOR_ERROR
+from . import embedded_user
 from .turn_model import check as check_turn
 from .user_check import (
     CONTENT_FILTER, EMBEDDED_CHECK, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
@@ -94,14 +95,21 @@ async def simulate_user(user_model, case, turns: list[dict], usage, record: Simu
         style_instructions=template.extras[f"style_{style}"].strip(),
         situation=situation,
     )
+    template_id, hidden, params, attempts = template.id, messages[0]["content"], {}, USER_SIMULATOR_ATTEMPTS
+    if embedded_user.applies(user_model):
+        # The embedded model continues a transcript instead (embedded_user.py).
+        asked = embedded_user.request(case, style, turns)
+        messages, template_id, hidden, params, attempts = (
+            asked.messages, asked.template_id, asked.hidden, asked.params, asked.attempts)
     context = UserTurnContext(
         seed=case.statement,
-        hidden=(messages[0]["content"],),
+        hidden=(hidden,),
         allowed=tuple(x for x in (case.group, case.category) if x),
         previous_reply=turns[-1]["assistant"] if turns else None,
     )
-    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, context=context,
-                                   record=record, judge=judge, history=turns, embedded=embedded)
+    return await draw_user_message(user_model, messages, template_id, len(turns) + 1, usage, context=context,
+                                   record=record, judge=judge, history=turns, embedded=embedded,
+                                   params=params, attempts=attempts)
 
 
 def situation_text(turns: list[dict], who: str) -> str:
@@ -113,9 +121,11 @@ def situation_text(turns: list[dict], who: str) -> str:
 
 async def draw_user_message(
     user_model, messages, template_id: str, turn: int, usage, *, context: UserTurnContext, record: SimulatorRecord,
-    judge=None, history: list[dict] = (), embedded: bool = False,
+    judge=None, history: list[dict] = (), embedded: bool = False, params: dict | None = None,
+    attempts: int = USER_SIMULATOR_ATTEMPTS,
 ) -> tuple[str, list]:
-    """Draw the simulator's message (up to USER_SIMULATOR_ATTEMPTS draws); return it and the
+    """Draw the simulator's message (up to ``attempts`` draws, each asked with the call
+    ``params`` of its own; see embedded_user.py); return it and the
     draws rejected before it (``{"kind", "reason", "text"}`` each), or raise
     UserSimulatorFailure listing them.
 
@@ -128,8 +138,8 @@ async def draw_user_message(
     draw is counted in ``record`` (the report's simulator record)."""
     rejected = []
     record.turns += 1
-    for sample in range(USER_SIMULATOR_ATTEMPTS):
-        reply = await user_model.chat(messages, template=template_id, sample=sample, usage=usage)
+    for sample in range(attempts):
+        reply = await user_model.chat(messages, template=template_id, sample=sample, usage=usage, **(params or {}))
         text = clean_user_message(reply.text)
         if reply.finish_reason == FINISH_CONTENT_FILTER:
             # What the filter let through is not the message the simulator meant to write.
@@ -155,7 +165,7 @@ async def draw_user_message(
         rejected.append({**finding.to_dict(), "text": text})
     record.failed += 1
     raise UserSimulatorFailure(
-        f"turn {turn}: the user simulator broke role on all {USER_SIMULATOR_ATTEMPTS} draws ("
+        f"turn {turn}: the user simulator broke role on all {attempts} draws ("
         + "; ".join(f"{r['reason']}: {r['text'][:80]!r}" for r in rejected) + ")",
         rejected,
     )
@@ -327,7 +337,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
         labels["coherence"] = [item.get("coherence") for item in judged]
         names.append("judge_coherence")
     if user_turns is None:
-        names.append("user_simulator")
+        names.append(embedded_user.TEMPLATE if embedded_user.applies(roles.user) else "user_simulator")
         if simulator_judge is not None:
             names += ["judge_user_reveals", "judge_user_follows"]
     templates = [prompts.load(name).id for name in names]
