@@ -755,17 +755,24 @@ class Controller:
             session.testsfailed += 1
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        verbosity = terminalreporter.verbosity
         if getattr(self, "shard_lines", None):
-            terminalreporter.write_sep("=", "socialbias shard")
-            for line in self.shard_lines:
+            lines = self.shard_lines if verbosity > -2 else ["socialbias " + self.shard_lines[0]]
+            if verbosity > -2:
+                terminalreporter.write_sep("=", "socialbias shard")
+            for line in lines:
                 terminalreporter.write_line(printable(line))
             for problem in self.unwritten:
                 terminalreporter.write_line(f"ERROR: {problem}", red=True, bold=True)
+            _count_failures(terminalreporter, [], [("socialbias::report", problem) for problem in self.unwritten])
             return
         plan = self.state.aggregator.dry_plan
         if plan is not None:
-            from .report.terminal import dry_run_lines
+            from .report.terminal import dry_run_lines, dry_run_one_line
 
+            if verbosity <= -2:
+                terminalreporter.write_line(dry_run_one_line(plan))
+                return
             terminalreporter.write_sep("=", "socialbias dry run")
             for line in dry_run_lines(plan):
                 terminalreporter.write_line(line)
@@ -773,11 +780,55 @@ class Controller:
         result = self.result
         if result is None:
             return
-        from .report.terminal import summary_block
+        from .report.terminal import junit_gate_cases, summary_block
 
-        terminalreporter.write_sep("=", "socialbias summary")
-        for line, colour in summary_block(result, self.unwritten):
+        if verbosity > -2:
+            terminalreporter.write_sep("=", "socialbias summary")
+        for line, colour in summary_block(result, self.unwritten, verbosity):
             terminalreporter.write_line(line, **({colour: True, "bold": True} if colour else {}))
+        failures = [(nodeid, message) for nodeid, outcome, message, _ in junit_gate_cases(result, self.unwritten)
+                    if outcome == "failed"]
+        gates_file = result.gates_file or "thresholds.yaml"
+        _count_failures(terminalreporter, [f for f in failures if f[0].startswith(gates_file + "::")],
+                        [f for f in failures if not f[0].startswith(gates_file + "::")])
+
+
+class _UncountedReport(pytest.TestReport):
+    """A failed report that pytest's last line does not count (_count_failures)."""
+
+    count_towards_summary = False
+
+
+def _count_failures(terminalreporter, gates: list[tuple[str, str]], others: list[tuple[str, str]]) -> None:
+    """What fails the run, on pytest's last line and in its colour: ``1 failed gate``
+    (a gate that failed or cannot decide) and ``1 socialbias failure`` (an ungated suite,
+    a partial run, flipped snapshots, a report not written), in red.
+
+    pytest builds that line from ``terminalreporter.stats``: one part per key, counting
+    its reports; the line is red when a ``failed`` key is there. So each failure goes in
+    twice: under our key, counted, and under ``failed``, not counted
+    (``count_towards_summary``), which makes the line red and lists the failure in the
+    short test summary (``FAILED thresholds.yaml::bias - ...``) without calling it a
+    failed test. A part's own colour comes from a table private to pytest: set for our
+    keys when it is there (without it the part is yellow, the line still red)."""
+    for key, failures in (("failed gate", gates), ("socialbias failure", others)):
+        if not failures:
+            continue
+        key = key if len(failures) == 1 else key + "s"
+        try:
+            from _pytest import terminal
+
+            terminal._color_for_type.setdefault(key, "red")
+        except (ImportError, AttributeError):  # pragma: no cover - pytest moved it
+            pass
+        for nodeid, message in failures:
+            location = (nodeid.split("::")[0], None, nodeid)
+            counted = pytest.TestReport(nodeid=nodeid, location=location, keywords={}, outcome="failed",
+                                        longrepr=message, when="call")
+            red = _UncountedReport(nodeid=nodeid, location=location, keywords={}, outcome="failed",
+                                   longrepr=message, when="call")
+            terminalreporter.stats.setdefault(key, []).append(counted)
+            terminalreporter.stats.setdefault("failed", []).append(red)
 
 
 def _junit_verdicts(config: pytest.Config, result, unwritten: list[str]) -> None:

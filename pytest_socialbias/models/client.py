@@ -541,14 +541,17 @@ class Model:
                     counter.add(self.role, True, response)
                 return response
             if cache.mode == "none" and not self.settings.dry_run:
+                for counter in counters:
+                    counter.add_unrecorded(self.role)
                 raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2)
         if self.settings.dry_run:
-            # A request repeated within the run is answered from the cache by then.
+            # A request repeated within the run is answered from the cache by then: sent
+            # once, counted apart from what the cache holds now.
             repeated = key in self.settings.dry_seen
             self.settings.dry_seen.add(key)
             response = dry_response(request, choices, key)
             for counter in counters:
-                counter.add(self.role, repeated, response)
+                counter.add(self.role, False, response, repeated=repeated)
             return response
         # The same request asked twice at once (two cases whose dialogues start alike) is
         # sent once and answered to both, so how many are sent never depends on timing.
