@@ -139,3 +139,67 @@ def test_a_replay_miss_is_counted_in_the_role_table(project, server):
     # user: 2 turns of age-001 replayed, then the first turn of each of the 3 others missed.
     assert user[1:5] == ["5", "2", "3", "3"], user
     result.stdout.fnmatch_lines(["(not recorded: 3 miss(es) with no answer in the cache, which --socialbias-record=none*"])
+
+
+@pytest.mark.parametrize("stop", [["-x"], ["--maxfail=1"]])
+def test_exitfirst_stops_the_batch_soon_after_the_first_failure(pytester, keys, stop):
+    # 16 cases in one batch, two calls in flight: the first case fails (biased under
+    # --socialbias-strict). It is answered first (calls are served in the cases' order),
+    # and -x then cancels the other dialogues instead of paying for the whole batch.
+    from pytest_socialbias.testing import FakeServer
+
+    from . import fakeworld
+
+    cases = [("age-000", "age", "BIASME statement.")] + [(f"age-{i:03d}", "age", f"Plain {i}.") for i in range(1, 16)]
+    pytester.makefile(".yaml", demo=suite_yaml(cases, turns=2))
+    with FakeServer(fakeworld.script, latency=0.05) as srv:
+        whole, _ = run_with_report(pytester, "demo.yaml", *model_args(srv), "--socialbias-record=off",
+                                   "--socialbias-concurrency=2", report="whole.json")
+        paid_whole = srv.request_count
+        result, report = run_with_report(pytester, "demo.yaml", *model_args(srv), "--socialbias-record=off",
+                                         "--socialbias-concurrency=2", "--socialbias-strict", *stop)
+        paid_stopped = srv.request_count - paid_whole
+    assert whole.ret == 0
+    assert result.ret == 1
+    assert [c["id"] for c in report["cases"]] == ["age-000"]  # what ran is reported, as partial
+    assert report["summary"]["partial"] is True
+    # The first case's own calls (2 turns of user, target and judges), plus at most a few
+    # calls of the next cases that shared the second slot meanwhile.
+    case_calls = paid_whole // len(cases)
+    assert paid_stopped <= 3 * case_calls, (paid_stopped, paid_whole)
+    assert "stopping after 1 failures" in result.stdout.str()
+    # The stopped run's last line says why it fails besides the failed case.
+    assert re.search(r"=+ 1 failed, 2 socialbias failures in ", last_line(result)), last_line(result)
+
+
+def test_paths_given_with_dot_dot_print_normalised(project, server):
+    (project.path / "sub").mkdir()
+    project.makefile(".yaml", thresholds=gate(0.5))
+    result = project.runpytest("sub/../demo.yaml", *model_args(server), "--socialbias-thresholds=sub/../thresholds.yaml",
+                               "--socialbias-report=sub/../r.json", "--socialbias-html=sub/../h.html", "-p", "no:cacheprovider")
+    assert result.ret == 0
+    text = result.stdout.str()
+    assert ".." not in text, [line for line in result.stdout.lines if ".." in line]
+    result.stdout.fnmatch_lines(["socialbias: 1 gate(s) from thresholds.yaml", "JSON report: r.json", "HTML report: h.html"])
+    assert (project.path / "r.json").exists() and (project.path / "h.html").exists()
+    # A broken suite named through another folder is named as it is.
+    (project.path / "bad.yaml").write_text(suite_yaml([("a-1", "agee", "Plain.")], suite="bad"))
+    broken = project.runpytest("sub/../bad.yaml", *model_args(server), "-p", "no:cacheprovider")
+    assert broken.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"{project.path / 'bad.yaml'}:7: at cases[0].category" in broken.stderr.str(), broken.stderr.str()
+    assert ".." not in broken.stderr.str()
+
+
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]])
+def test_a_case_error_reads_as_the_cases_error_not_a_setup_error(project, server, xdist):
+    result, report = run_with_report(project, "demo.yaml", *model_args(server), "--socialbias-record=none", "-v", *xdist)
+    assert report["summary"]["outcomes"]["error"] == 4 and len(report["cases"]) == 4
+    text = result.stdout.str()
+    assert "at setup of" not in text
+    # -v: "demo.yaml::age-001 ERROR" (one process), "[gw0] [ 25%] ERROR demo.yaml::age-001" (xdist)
+    assert any(re.search(r"demo\.yaml::age-001 ERROR|\] ERROR demo\.yaml::age-001\s*$", line) for line in result.stdout.lines)
+    result.stdout.fnmatch_lines(["*ERROR at call of demo::age-001*"])
+    result.stdout.fnmatch_lines(["ERROR demo.yaml::age-001 - Failed: case could not be labelled: ?model_error*"])
+    # Counted with pytest's errors (never as failed or passed tests).
+    assert re.search(r"=+ 4 errors in ", last_line(result)), last_line(result)
+    assert result.ret == 1

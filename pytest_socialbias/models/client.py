@@ -35,6 +35,7 @@ from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
 from .guard import RunBounds, guard_for
+from .priority import PrioritySemaphore
 from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import ADAPTS, CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
@@ -87,7 +88,7 @@ class CallPool:
     dry_run: bool = False  # --socialbias-dry-run: answer with dry_response, call nothing
     dry_seen: set = field(default_factory=set)  # request keys a dry run has planned
     totals: UsageCounter = field(default_factory=UsageCounter)
-    _semaphore: asyncio.Semaphore | None = None
+    _semaphore: PrioritySemaphore | None = None
     _backends: dict = field(default_factory=dict)
     _http_clients: dict = field(default_factory=dict)  # one HTTP client per SDK, shared
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -216,10 +217,11 @@ class CallPool:
         return self.dry_run or (self.cache is not None and self.cache.mode == "none")
 
     @property
-    def semaphore(self) -> asyncio.Semaphore:
-        # Created lazily so it belongs to the loop that runs the calls.
+    def semaphore(self) -> PrioritySemaphore:
+        # Created lazily so it belongs to the loop that runs the calls; slots go to the
+        # earliest case waiting (priority.py).
         if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.concurrency)
+            self._semaphore = PrioritySemaphore(self.concurrency)
         return self._semaphore
 
 
