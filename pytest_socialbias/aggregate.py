@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 from pathlib import Path
 
 from .errors import ConfigError
@@ -22,7 +23,9 @@ from .vocabulary import JUDGE_CHECK_SUITE
 
 
 def shown_path(path: Path) -> str:
-    """A path as the user would write it: relative to the working directory when inside it."""
+    """A path as the user would write it: normalised (``a/../b`` is ``b``), relative to the
+    working directory when inside it."""
+    path = Path(os.path.normpath(path))
     try:
         return str(path.relative_to(Path.cwd()))
     except ValueError:

@@ -35,6 +35,13 @@ def load_schema(name: str) -> dict:
     return json.loads(text)
 
 
+def joined_path(base: Path, raw) -> Path:
+    """``raw`` (a path the user wrote) under ``base``, normalised as pytest normalises the
+    paths it is given (``my-gate/../bad/x.yaml`` is ``bad/x.yaml``), so that messages and
+    reports name it as it is."""
+    return Path(os.path.normpath(Path(base) / raw))
+
+
 def looks_like_suite(path: Path) -> bool:
     """Cheap check before parsing: only YAML files marked ``socialbias:`` are suites."""
     if path.suffix not in (".yaml", ".yml"):

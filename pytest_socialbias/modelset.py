@@ -97,6 +97,7 @@ class ModelSet:
 
     def _parse(self, raw: dict) -> None:
         s = self.settings
+        unusable: list[str] = []  # every role's missing key, said at once (one run, not one per role)
         for role, text in raw.items():
             if text:
                 option = role_of(role).option if (role != "user" or s.user) else "--judge"
@@ -108,8 +109,16 @@ class ModelSet:
                     )
                 # A replay or a dry run calls nothing: it needs no key (a fork's pull
                 # request has none).
-                check_credentials(spec, option, required=not (s.record == "none" or s.dry_run))
+                try:
+                    check_credentials(spec, option, required=not (s.record == "none" or s.dry_run))
+                except ConfigError as exc:
+                    if str(exc) not in unusable:  # --judge stands for the user too: said once
+                        unusable.append(str(exc))
                 self.specs[role] = spec
+        if len(unusable) == 1:
+            raise ConfigError(unusable[0])
+        if unusable:
+            raise ConfigError(f"{len(unusable)} model options cannot be used:\n" + "\n".join(f"  {u}" for u in unusable))
         if "guard" in self.specs and provider_of(self.specs["guard"]).can(CLASSIFIER):
             self._classifier_settings()
         elif "guard" in self.specs:

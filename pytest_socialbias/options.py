@@ -16,6 +16,7 @@ from typing import Callable
 from .cache import parse_record_mode
 from .cases import SuiteOverrides
 from .errors import ConfigError
+from .files import joined_path
 from .judges.guards import GUARDS
 from .protocols.dialogue import GUARD_POLICIES
 from .protocols.user_check import EMBEDDED_CHECK, SIMULATOR_CHECKS
@@ -80,11 +81,11 @@ def _shard(raw, option: Option, where: Where):
 
 
 def _under_root(raw, option: Option, where: Where) -> Path:
-    return where.root / raw
+    return joined_path(where.root, raw)
 
 
 def _user_path(raw, option: Option, where: Where) -> Path:
-    return where.invocation / raw
+    return joined_path(where.invocation, raw)
 
 
 #: ``--socialbias-baseline=none``: the run says there is no accepted release yet.
@@ -92,11 +93,11 @@ NO_BASELINE = "none"
 
 
 def _baseline(raw, option: Option, where: Where):
-    return NO_BASELINE if str(raw).strip().lower() == NO_BASELINE else where.invocation / raw
+    return NO_BASELINE if str(raw).strip().lower() == NO_BASELINE else joined_path(where.invocation, raw)
 
 
 def _folder(raw, option: Option, where: Where) -> Path:
-    path = where.invocation / raw
+    path = joined_path(where.invocation, raw)
     if not path.is_dir():
         raise ConfigError(
             f"{option.flag}={raw}: not a folder; give the folder that holds the official FairMT-Bench "
@@ -108,7 +109,7 @@ def _folder(raw, option: Option, where: Where) -> Path:
 def _reference(raw, option: Option, where: Where) -> Path:
     from .judgecheck import BUILTIN_REFERENCE, BUILTIN_REFERENCE_PATH  # the aggregating side's module
 
-    return BUILTIN_REFERENCE_PATH if raw == BUILTIN_REFERENCE else where.invocation / raw
+    return BUILTIN_REFERENCE_PATH if raw == BUILTIN_REFERENCE else joined_path(where.invocation, raw)
 
 
 def _sample(raw, option: Option, where: Where):
@@ -173,7 +174,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-thresholds", "socialbias_thresholds", "thresholds", metavar="PATH", parse=_under_root,
            help="gates file (default thresholds.yaml in the rootdir, if present)"),
     Option("--socialbias-report", "socialbias_report", "report", metavar="PATH",
-           parse=lambda raw, option, where: Path(raw), help="write the JSON report to this path"),
+           parse=lambda raw, option, where: joined_path(Path(), raw), help="write the JSON report to this path"),
     Option("--socialbias-batch-size", "socialbias_batch_size", "batch_size", metavar="N", parse=_whole(1), help=(
         "cases that run together on one process (overrides the suite's batch_size; default 64); an "
         "execution detail: test ids never depend on it")),

@@ -26,7 +26,7 @@ from . import heap, roles
 from .aggregate import Aggregator, shown_path
 from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
-from .files import looks_like_suite
+from .files import joined_path, looks_like_suite
 from .gates import GateProblems, load_gates
 from .preflight import SPECIAL_SUITES, project_suite_names
 from .modelset import ModelSet
@@ -244,10 +244,11 @@ def _preflight(config: pytest.Config, settings, gates, pending=None, known=None)
         return gates, []
     invocation = Path(config.invocation_params.dir)
     wanted = suites_requested(config)
-    paths = [invocation / arg.split("::")[0] for arg in config.args] if wanted is True else wanted
+    named = [joined_path(invocation, arg.split("::")[0]) for arg in config.args]  # as pytest normalises them
+    paths = named if wanted is True else wanted
     ignored = [(invocation / p).resolve() for p in (config.getoption("ignore") or [])]
     if wanted is True:
-        check_named_files([invocation / arg.split("::")[0] for arg in config.args])
+        check_named_files(named)
     try:
         suites = check_suites(paths, ignored, settings.suite_overrides)
     except ConfigError:
@@ -470,21 +471,24 @@ class CaseItem(pytest.Item):
         self.record: dict | None = None
 
     def setup(self) -> None:
+        # What keeps any case from running (the run's models) is a setup error; what
+        # happens to this case is its call's (runtest).
         state = self.config.stash[STATE]
         if state.setup_error:
             pytest.fail(state.setup_error, pytrace=False)
         missing = state.models.missing_roles(state.protocols)
         if missing:
             pytest.fail(f"no model given for {', '.join(missing)}: pass e.g. {missing[0]}=openai:MODEL", pytrace=False)
-        self.record = state.cases.record_for(self.case)
-        errors = self.record["errors"]
-        if self.record["outcome"] == "error":
-            # Messages quote servers and models: shown escaped, one line each (formatting.py).
-            text = "; ".join(f"[{e['kind']}] {printable(e['message'])}" for e in errors)
-            pytest.fail(f"case could not be labelled: {text}", pytrace=False)
 
     def runtest(self) -> None:
         state = self.config.stash[STATE]
+        self.record = state.cases.record_for(self.case)
+        if self.record["outcome"] == "error":
+            # Reported as the case's error (pytest_report_teststatus): counted with pytest's
+            # errors, not as a failed test. Messages quote servers and models: shown
+            # escaped, one line each (formatting.py).
+            text = "; ".join(f"[{e['kind']}] {printable(e['message'])}" for e in self.record["errors"])
+            pytest.fail(f"case could not be labelled: {text}", pytrace=False)
         if self.record["outcome"] == "biased" and state.settings.strict:
             turns = [i + 1 for i, b in enumerate(self.record["labels"]["bias"]) if b]
             pytest.fail(
@@ -636,6 +640,17 @@ def _progress_writer(config: pytest.Config):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    result = yield
+    session = item.session
+    if isinstance(item, CaseItem) and (session.shouldfail or session.shouldstop):
+        # -x or --maxfail reached: the cases still running would only be paid for. Those
+        # reported so far are gated (as a partial run) and what was answered is cached.
+        item.config.stash[STATE].cases.stop()
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
     if isinstance(item, CaseItem) and item.record is not None:
@@ -656,7 +671,14 @@ def pytest_runtest_makereport(item: pytest.Item, call):
 
 def pytest_report_teststatus(report, config):
     record = getattr(report, RECORD_ATTR, None)
-    if record is None or report.when != "call" or not report.passed:
+    if record is None or report.when != "call":
+        return None
+    if report.failed and record["outcome"] == "error":
+        # A case that could not be labelled is an error of the case, as pytest counts
+        # errors (``4 errors``, ``ERROR demo.yaml::age-001 - case could not be labelled``),
+        # never a failed test and never a clean one.
+        return "error", "E", ("ERROR", {"red": True})
+    if not report.passed:
         return None
     if record["outcome"] == "biased":
         return "biased", "B", ("BIASED", {"yellow": True})
@@ -805,17 +827,24 @@ class Controller:
             session.testsfailed += 1
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
+        verbosity = terminalreporter.verbosity
         if getattr(self, "shard_lines", None):
-            terminalreporter.write_sep("=", "socialbias shard")
-            for line in self.shard_lines:
+            lines = self.shard_lines if verbosity > -2 else ["socialbias " + self.shard_lines[0]]
+            if verbosity > -2:
+                terminalreporter.write_sep("=", "socialbias shard")
+            for line in lines:
                 terminalreporter.write_line(printable(line))
             for problem in self.unwritten:
                 terminalreporter.write_line(f"ERROR: {problem}", red=True, bold=True)
+            _count_failures(terminalreporter, [], [("socialbias::report", problem) for problem in self.unwritten])
             return
         plan = self.state.aggregator.dry_plan
         if plan is not None:
-            from .report.terminal import dry_run_lines
+            from .report.terminal import dry_run_lines, dry_run_one_line
 
+            if verbosity <= -2:
+                terminalreporter.write_line(dry_run_one_line(plan))
+                return
             terminalreporter.write_sep("=", "socialbias dry run")
             for line in dry_run_lines(plan):
                 terminalreporter.write_line(line)
@@ -823,11 +852,60 @@ class Controller:
         result = self.result
         if result is None:
             return
-        from .report.terminal import summary_block
+        from .report.terminal import junit_gate_cases, summary_block
 
-        terminalreporter.write_sep("=", "socialbias summary")
-        for line, colour in summary_block(result, self.unwritten):
+        if verbosity > -2:
+            terminalreporter.write_sep("=", "socialbias summary")
+        for line, colour in summary_block(result, self.unwritten, verbosity):
             terminalreporter.write_line(line, **({colour: True, "bold": True} if colour else {}))
+        failures = [(nodeid, message) for nodeid, outcome, message, _ in junit_gate_cases(result, self.unwritten)
+                    if outcome == "failed"]
+        gates_file = result.gates_file or "thresholds.yaml"
+        _count_failures(terminalreporter, [f for f in failures if f[0].startswith(gates_file + "::")],
+                        [f for f in failures if not f[0].startswith(gates_file + "::")])
+
+
+class _UncountedReport(pytest.TestReport):
+    """A failed report that pytest's last line does not count (_count_failures)."""
+
+    count_towards_summary = False
+
+
+def _count_failures(terminalreporter, gates: list[tuple[str, str]], others: list[tuple[str, str]]) -> None:
+    """What fails the run, on pytest's last line and in its colour: ``1 failed gate``
+    (a gate that failed or cannot decide) and ``1 socialbias failure`` (an ungated suite,
+    a partial run, flipped snapshots, a report not written), in red.
+
+    pytest builds that line from ``terminalreporter.stats``: one part per key, counting
+    its reports; the line is red when a ``failed`` key is there. So each failure goes in
+    twice: under our key, counted, and under ``failed``, not counted
+    (``count_towards_summary``), which makes the line red and lists the failure in the
+    short test summary (``FAILED thresholds.yaml::bias - ...``) without calling it a
+    failed test. A part's own colour comes from a table private to pytest: set for our
+    keys when it is there (without it the part is yellow, the line still red). pytest
+    also keeps the list of keys it shows from its last progress line when the run stopped
+    early (-x): that list is dropped so it is made again with ours."""
+    if gates or others:
+        if getattr(terminalreporter, "_known_types", None) is not None:
+            terminalreporter._known_types = None
+    for key, failures in (("failed gate", gates), ("socialbias failure", others)):
+        if not failures:
+            continue
+        key = key if len(failures) == 1 else key + "s"
+        try:
+            from _pytest import terminal
+
+            terminal._color_for_type.setdefault(key, "red")
+        except (ImportError, AttributeError):  # pragma: no cover - pytest moved it
+            pass
+        for nodeid, message in failures:
+            location = (nodeid.split("::")[0], None, nodeid)
+            counted = pytest.TestReport(nodeid=nodeid, location=location, keywords={}, outcome="failed",
+                                        longrepr=message, when="call")
+            red = _UncountedReport(nodeid=nodeid, location=location, keywords={}, outcome="failed",
+                                   longrepr=message, when="call")
+            terminalreporter.stats.setdefault(key, []).append(counted)
+            terminalreporter.stats.setdefault("failed", []).append(red)
 
 
 def _junit_verdicts(config: pytest.Config, result, unwritten: list[str]) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from .errors import ModelCallError
 from .models import UsageCounter
 from .models.base import RoleUsage
+from .models.priority import CALL_PRIORITY
 from .protocols import PROTOCOLS, outcome_of
 from .protocols.user_check import RULES_CHECK, SIMULATOR_CHECKS
 from .record import CaseRecord
@@ -36,10 +37,18 @@ class CaseRunner:
         self._futures: dict[str, concurrent.futures.Future] = {}
         self.results: dict[str, dict] = {}
         self.progress = None  # callable(str | None) set by the plugin when on a terminal
+        self._place: dict[str, int] = {}  # case key -> its place in this process's run (priority.py)
 
     def add(self, case, batch_id: str) -> None:
         self.batches.setdefault(batch_id, []).append(case)
         self._batch_of_case[case.key] = batch_id
+        self._place.setdefault(case.key, len(self._place))
+
+    def stop(self) -> None:
+        """The run stops early (-x, --maxfail): every case still running is cancelled at
+        once. The calls answered so far are in the cache; a case asked for after this (an
+        xdist worker finishing its item) starts again."""
+        self.models.runner.cancel_all()
 
     def record_for(self, case) -> dict:
         """The record of ``case``; starts its whole batch on first use."""
@@ -48,7 +57,7 @@ class CaseRunner:
         if key not in self._futures:
             self._start(batch_id, [case])
         self._start_queued()
-        self._wait(batch_id, key)
+        self._wait(batch_id, case)
         return self.results[key]
 
     def _start_queued(self) -> None:
@@ -64,9 +73,15 @@ class CaseRunner:
         roles = self.models.roles()
         for case in self.batches.get(batch_id, []) + extra:
             if case.key not in self._futures:
-                self._futures[case.key] = self.models.runner.submit(run_case(case, roles))
+                self._submit(case, roles)
 
-    def _wait(self, batch_id: str, key: str) -> None:
+    def _submit(self, case, roles) -> concurrent.futures.Future:
+        future = self.models.runner.submit(_in_place(self._place.get(case.key, len(self._place)), run_case(case, roles)))
+        self._futures[case.key] = future
+        return future
+
+    def _wait(self, batch_id: str, case) -> None:
+        key = case.key
         future = self._futures[key]
         started = time.monotonic()
         try:
@@ -74,6 +89,9 @@ class CaseRunner:
                 try:
                     self.results[key] = future.result(timeout=0.25)
                     return
+                except concurrent.futures.CancelledError:
+                    # Cancelled by stop() while this case was still wanted: run it again.
+                    future = self._submit(case, self.models.roles())
                 except concurrent.futures.TimeoutError:
                     self._start_queued()
                     if self.progress is not None:
@@ -149,6 +167,12 @@ class CaseRunner:
 
         records = self.models.run(plan())
         return {case.key: sum(int(u.get("calls", 0)) for u in record["usage"].values()) for case, record in zip(cases, records)}
+
+
+async def _in_place(place: int, coro):
+    """Run a case's coroutine with its place in the run as the priority of its calls."""
+    CALL_PRIORITY.set(place)  # this task's context, and the tasks it starts
+    return await coro
 
 
 def _failed_result(kind: str, role, message: str) -> CaseRecord:

@@ -285,3 +285,19 @@ def test_a_seeds_file_given_as_a_plain_list_names_the_fix_without_quoting_the_fi
     message = load_error(suite)
     assert f"{seeds}:1: at (top level): expected a mapping, found a list (put the list under a top-level `seeds:` key)" in message
     assert "A long statement" not in message  # the file's text is not dumped into the error
+
+
+@pytest.mark.parametrize("written", ["DyMT", "DYMT", "Smoke"])
+def test_protocol_names_are_read_whatever_their_case(tmp_path, written):
+    # The docs write DyMT; cases, records and reports carry the registered name.
+    (tmp_path / "seeds.yaml").write_text("seeds:\n  - id: s1\n    category: age\n    group: g\n    statement: A statement.\n")
+    body = "seeds: seeds.yaml\n" if written != "Smoke" else (
+        "cases:\n  - id: a1\n    category: age\n    group: g\n    statement: A statement.\n")
+    suite = load_suite(write(tmp_path, f"socialbias: 1\nsuite: demo\nprotocol: {written}\n{body}"))
+    assert suite.cases and {case.protocol for case in suite.cases} == {written.lower()}
+    assert suite.protocol == written.lower()
+
+
+def test_an_unknown_protocol_gets_the_nearest_name_whatever_its_case(tmp_path):
+    message = load_error(write(tmp_path, "socialbias: 1\nsuite: demo\nprotocol: DyMTT\nseeds: seeds.yaml\n"))
+    assert ":3: unknown protocol 'DyMTT' (did you mean 'dymt'?)" in message

@@ -218,7 +218,7 @@ def row(report, name, category=None, style=None, suite="demo") -> dict:
 
 def assert_outcomes(result, **expected):
     """Like RunResult.assert_outcomes, but knows the plugin's categories (biased, refused)."""
-    seen = {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "deselected")}
+    seen = {k: v for k, v in result.parseoutcomes().items() if k not in ("warnings", "deselected", "socialbias")}  # "1 socialbias failure": a run failure, no item
     assert seen == expected, result.stdout.str()[-3000:]
 
 
@@ -504,7 +504,8 @@ def test_unreadable_bias_judge_errors_every_case_and_fails_the_gate(pytester, ke
         bias_calls = [r for r in srv.requests if r.model == "j" and dymtworld.judge_kind(r) == "bias"]
         assert srv.script_errors == []
     assert result.ret == 1
-    assert_outcomes(result, errors=7)
+    assert_outcomes(result, errors=7, failed=1)  # pytester reads "1 failed gate" as failed=1
+    assert "7 errors, 1 failed gate in " in result.stdout.lines[-1]
     assert "FAIL" in result.stdout.str()
     result.stdout.fnmatch_lines(["*judge-errors*demo:judge_error_rate*FAIL*"])
     assert [g["verdict"] for g in report["gates"]] == ["fail"]

@@ -428,3 +428,19 @@ def test_small_runs_draw_points_with_error_bars_not_bands(monkeypatch, per_categ
     assert labels[:3] == ["age", "gender", "race"] and "overall" in labels
     offsets = {label: index for label, (index, _) in drawn}
     assert len(set(offsets.values())) == len(offsets)  # each line has a place of its own
+
+
+def test_the_outcomes_bar_at_100_percent_spans_the_sections_width():
+    # A run of clean cases only: one part of 100%, on a bar as wide as the section (it
+    # was capped at 640px of the page's 1200px, so 100% looked like half).
+    report = make_report()
+    report["summary"]["outcomes"] = {"clean": 10, "biased": 0, "refused": 0, "error": 0}
+    document = render_html(report)
+    rule = re.search(r"^\.bar\{([^}]*)\}", document, re.M).group(1)
+    assert "width:100%" in rule and "max-width" not in rule, rule
+    bar = re.search(r'<div class="bar">(.*?)</div>', document).group(1)
+    assert re.findall(r'style="width:([\d.]+)%"', bar) == ["100.00"]
+    mixed = make_report()
+    widths = [float(w) for w in re.findall(r'style="width:([\d.]+)%"',
+                                           re.search(r'<div class="bar">(.*?)</div>', render_html(mixed)).group(1))]
+    assert abs(sum(widths) - 100) < 0.05 and len(widths) >= 2

@@ -213,13 +213,14 @@ def test_unreadable_judge_answer_is_a_judge_error_not_a_label(pytester, keys, se
 
 def test_strict_makes_biased_cases_fail(project, server):
     result, _ = run(project, server, "--socialbias-strict")
-    assert_outcomes(result, passed=2, failed=1, refused=1)
+    # socialbias=1: "1 socialbias failure" on the last line (no thresholds file under --socialbias-strict)
+    assert_outcomes(result, passed=2, failed=1, refused=1, socialbias=1)
     assert "judged biased at turn(s) [1, 2] (--socialbias-strict)" in result.stdout.str()
 
 
 def test_keyword_selection_runs_only_selected_cases(project, server):
     result, report = run(project, server, "-k", "gender-001")
-    assert_outcomes(result, biased=1)
+    assert_outcomes(result, biased=1, socialbias=1)  # "1 socialbias failure": a partial run fails
     assert [c["id"] for c in report["cases"]] == ["gender-001"]
     assert len([r for r in server.requests if r.model == "t"]) == 2
 

@@ -206,11 +206,13 @@ def test_bad_reference_files_are_usage_errors(project, server, content, message)
 # --------------------------------------------------------------------------- dry run
 
 
-def usage_table(text: str) -> dict:
+def usage_table(text: str, columns: int = 5) -> dict:
+    """Role -> its numbers: the run's table (calls, hits, misses, tokens: 5) or the dry
+    run's (calls, cached, repeats, to call, tokens: ``columns=6``)."""
     rows = {}
     for line in text.splitlines():
         parts = line.split()
-        if parts and parts[0] in ("judge", "target", "user", "total") and len(parts) == 6:
+        if parts and parts[0] in ("judge", "target", "user", "total") and len(parts) == columns + 1:
             rows[parts[0]] = [int(p.replace(",", "")) for p in parts[1:]]
     return rows
 
@@ -220,7 +222,7 @@ def test_dry_run_calls_nothing_and_counts_the_real_calls(project, server, xdist)
     result, report = run(project, server, "--socialbias-dry-run", *xdist)
     assert result.ret == 0, result.stdout.str()[-2000:]
     assert server.requests == [] and report is None
-    plan = usage_table(result.stdout.str())
+    plan = usage_table(result.stdout.str(), columns=6)
     result.stdout.fnmatch_lines(["*socialbias dry run*", "*8 case(s) selected; no model was called*"])
     # The real run makes exactly the planned calls per role (no retries happen here). The
     # fake world repeats replies word for word, so some of its requests repeat and come
@@ -229,11 +231,12 @@ def test_dry_run_calls_nothing_and_counts_the_real_calls(project, server, xdist)
     real = usage_table(result.stdout.str())
     for role in ("user", "target", "judge"):
         assert plan[role][0] == real[role][0]
-        assert plan[role][2] >= real[role][2]
-    assert plan["user"][2] == plan["user"][0] and plan["target"][2] == plan["target"][0]
+        assert plan[role][3] >= real[role][2]
+        assert plan[role][1] == 0  # an empty cache: nothing is cached, whatever repeats
+    assert plan["user"][3] == plan["user"][0] and plan["target"][3] == plan["target"][0]
     # Replayed, everything is cached and nothing is left to call.
     result, _ = run(project, server, "--socialbias-dry-run")
-    assert usage_table(result.stdout.str())["total"][2] == 0
+    assert usage_table(result.stdout.str(), columns=6)["total"][3] == 0
 
 
 # --------------------------------------------------------------------------- JUnit, HTML

@@ -57,6 +57,24 @@ def test_missing_api_key(pytester, monkeypatch, option, spec, env):
     assert_usage_error(result, option, env)
 
 
+def test_missing_api_keys_of_every_role_are_said_in_one_run(pytester, monkeypatch):
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", "--target=openai:gpt-4o-mini", "--judge=anthropic:claude-x")
+    assert_usage_error(result, "2 model options cannot be used",
+                       "--target=openai:gpt-4o-mini: no API key: set the environment variable OPENAI_API_KEY",
+                       "--judge=anthropic:claude-x: no API key: set the environment variable ANTHROPIC_API_KEY")
+    # The judge stands for the user simulator too: its missing key is said once.
+    assert result.stderr.str().count("ANTHROPIC_API_KEY") == 1
+
+
+def test_a_misspelt_provider_gets_the_nearest_name(pytester, keys):
+    pytester.makefile(".yaml", demo=GOOD_SUITE)
+    result = pytester.runpytest("demo.yaml", "--target=opnai:gpt-4o-mini", "--judge=openai:j@http://127.0.0.1:1/v1")
+    assert_usage_error(result, "--target=opnai:gpt-4o-mini: unknown provider 'opnai' (did you mean 'openai'?)")
+
+
 def test_target_without_judge_is_a_usage_error(pytester, keys, server):
     pytester.makefile(".yaml", demo=GOOD_SUITE)
     result = pytester.runpytest("demo.yaml", f"--target=openai:t@{server.openai_base_url}")

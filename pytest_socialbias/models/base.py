@@ -147,7 +147,8 @@ class Backend(Protocol):
 
 @dataclass
 class RoleUsage:
-    """Per-role call counters: cache hits, misses (live calls) and tokens of live calls."""
+    """Per-role call counters: cache hits, misses (live calls, and the requests a replay
+    could not call) and tokens of live calls."""
 
     calls: int = 0
     hits: int = 0
@@ -156,6 +157,11 @@ class RoleUsage:
     completion_tokens: int = 0
     reasoning_tokens: int = 0  # of the completion tokens, those spent reasoning
     repaired: int = 0  # live answers with fields that could not be read (ChatResponse.repaired)
+    #: A dry run's requests asked earlier in the same plan: not in the cache now, sent
+    #: once, the repeats then answered by the cache (neither a hit nor a miss).
+    repeated: int = 0
+    #: Of the misses, those a replay-only run (--socialbias-record=none) could not call.
+    unrecorded: int = 0
     #: Of a spec with several replicas: URL -> {"served": n, "failed": n}.
     replicas: dict = field(default_factory=dict)
 
@@ -170,6 +176,10 @@ class RoleUsage:
         }
         if self.repaired:
             out["repaired"] = self.repaired
+        if self.repeated:
+            out["repeated"] = self.repeated
+        if self.unrecorded:
+            out["unrecorded"] = self.unrecorded
         if self.replicas:
             out["replicas"] = {url: dict(counts) for url, counts in sorted(self.replicas.items())}
         return out
@@ -181,9 +191,12 @@ class UsageCounter:
 
     roles: dict = field(default_factory=dict)
 
-    def add(self, role: str, hit: bool, response: ChatResponse | None) -> None:
+    def add(self, role: str, hit: bool, response: ChatResponse | None, repeated: bool = False) -> None:
         usage = self.roles.setdefault(role, RoleUsage())
         usage.calls += 1
+        if repeated:  # a dry run's repeat within its plan (RoleUsage.repeated)
+            usage.repeated += 1
+            return
         if hit:
             usage.hits += 1
             return
@@ -198,6 +211,14 @@ class UsageCounter:
                 usage.replicas.setdefault(response.served_by, {"served": 0, "failed": 0})["served"] += 1
             for url in response.replica_faults:
                 usage.replicas.setdefault(url, {"served": 0, "failed": 0})["failed"] += 1
+
+    def add_unrecorded(self, role: str) -> None:
+        """A miss a replay-only run could not call: counted as a call and a miss, with no
+        tokens (RoleUsage.unrecorded)."""
+        usage = self.roles.setdefault(role, RoleUsage())
+        usage.calls += 1
+        usage.misses += 1
+        usage.unrecorded += 1
 
     def to_dict(self) -> dict:
         return {role: usage.to_dict() for role, usage in sorted(self.roles.items())}

@@ -35,6 +35,7 @@ from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
 from .constrain import conforms
 from .guard import RunBounds, guard_for
+from .priority import PrioritySemaphore
 from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import ADAPTS, CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
@@ -91,7 +92,7 @@ class CallPool:
     placeholders: set = field(default_factory=set)
     miss_hint: str | None = None  # --socialbias-miss-hint: what a replay miss tells the reader to do
     totals: UsageCounter = field(default_factory=UsageCounter)
-    _semaphore: asyncio.Semaphore | None = None
+    _semaphore: PrioritySemaphore | None = None
     _backends: dict = field(default_factory=dict)
     _http_clients: dict = field(default_factory=dict)  # one HTTP client per SDK, shared
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -227,10 +228,11 @@ class CallPool:
         return self.dry_run or (self.cache is not None and self.cache.mode == "none")
 
     @property
-    def semaphore(self) -> asyncio.Semaphore:
-        # Created lazily so it belongs to the loop that runs the calls.
+    def semaphore(self) -> PrioritySemaphore:
+        # Created lazily so it belongs to the loop that runs the calls; slots go to the
+        # earliest case waiting (priority.py).
         if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self.concurrency)
+            self._semaphore = PrioritySemaphore(self.concurrency)
         return self._semaphore
 
 
@@ -569,15 +571,18 @@ class Model:
                     counter.add(self.role, True, response)
                 return response
             if cache.mode == "none" and not self.settings.dry_run:
+                for counter in counters:
+                    counter.add_unrecorded(self.role)
                 raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2,
                                 hint=self.settings.miss_hint)
         if self.settings.dry_run:
-            # A request repeated within the run is answered from the cache by then.
+            # A request repeated within the run is answered from the cache by then: sent
+            # once, counted apart from what the cache holds now.
             repeated = key in self.settings.dry_seen
             self.settings.dry_seen.add(key)
             response = dry_response(request, choices, key)
             for counter in counters:
-                counter.add(self.role, repeated, response)
+                counter.add(self.role, False, response, repeated=repeated)
             return response
         # The same request asked twice at once (two cases whose dialogues start alike) is
         # sent once and answered to both, so how many are sent never depends on timing.

@@ -195,7 +195,7 @@ def parse_spec(given: str, option: str = "--target") -> ModelSpec:
     entry = providers.get(provider)
     if entry is None:
         known = ", ".join(providers.names())
-        close = difflib.get_close_matches(provider, providers.names(), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(provider, [str(n) for n in providers.names()], n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
             f"{option}={raw}: unknown provider {provider!r}{hint}; known providers: {known} "

@@ -52,6 +52,28 @@ def _key_takers() -> dict[str, list[str]]:
 _LOADED: dict = {}
 
 
+def protocol_named(name) -> Protocol | None:
+    """The protocol a suite's ``protocol:`` names, its case ignored where only one
+    registered name matches (the docs write ``DyMT``, the registry ``dymt``)."""
+    found = PROTOCOLS.get(name)
+    if found is not None or not isinstance(name, str):
+        return found
+    folded = [entry for key, entry in PROTOCOLS.items() if str(key).casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
+
+def _unknown_protocol(name) -> str:
+    """``unknown protocol 'dymtt' (did you mean 'dymt'?); known: ...``, the nearest name
+    found whatever the case."""
+    import difflib
+
+    names = [str(key) for key in PROTOCOLS]
+    folded = {n.casefold(): n for n in names}
+    close = difflib.get_close_matches(str(name).casefold(), list(folded), n=1, cutoff=0.6)
+    hint = f" (did you mean {folded[close[0]]!r}?)" if close else ""
+    return f"unknown protocol {name!r}{hint}; known: {', '.join(names)}"
+
+
 def forget_suites() -> None:
     _LOADED.clear()
     seeds.SEEDS_READ.clear()
@@ -92,8 +114,10 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     source = read_suite(path, overrides.root)
     protocol = protocol_named(source.protocol)
     if protocol is None:
-        raise source.error(["protocol"], PROTOCOLS.unknown(source.protocol) + "; a project adds one with "
+        raise source.error(["protocol"], _unknown_protocol(source.protocol) + "; a project adds one with "
                            "pytest_socialbias.protocols.register_protocol in its conftest.py")
+    # Cases, records and reports carry the registered name (``DyMT`` in a file is ``dymt``).
+    source.data["protocol"] = protocol.name
     source.check_keys(protocol.name, protocol.keys, _key_takers())
     suite = protocol.load(source, protocol, overrides)
     params = judge_params(source)

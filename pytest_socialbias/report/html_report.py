@@ -71,7 +71,7 @@ tr.improved td{background:#eaf7ee}
 .v{display:inline-block;padding:0 6px;border-radius:3px;font-size:12px;font-weight:600;color:#fff;background:#8a93a5}
 .v.pass,.v.improved,.v.clean{background:#2e8b57}.v.fail,.v.regressed,.v.biased{background:#c62828}
 .v.refused{background:#c77c00}.v.error{background:#6a4c93}
-.bar{display:flex;height:14px;width:100%;max-width:640px;border-radius:3px;overflow:hidden;margin:6px 0}
+.bar{display:flex;height:14px;width:100%;border-radius:3px;overflow:hidden;margin:6px 0}
 .bar span{display:block}.bar .clean{background:#2e8b57}.bar .biased{background:#c62828}
 .bar .refused{background:#c77c00}.bar .error{background:#6a4c93}
 figure{margin:8px 0 16px}figure img{max-width:100%;height:auto;display:block}

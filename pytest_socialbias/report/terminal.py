@@ -7,6 +7,7 @@ from ..metrics.catalogue import CATALOGUE, is_percent
 from . import formatting as fmt
 
 MAX_ERRORS_SHOWN = 10
+MAX_ERRORS_SHOWN_BRIEF = 3  # under -q
 MAX_METRIC_DIFF_LINES = 40
 
 
@@ -93,29 +94,36 @@ def key_metric_rows(metrics: list[dict]) -> list[dict]:
     return out
 
 
-def summary_lines(result) -> list[str]:
-    """The summary of a RunResult (result.py), line by line."""
+def outcomes_line(records) -> str:
+    """``4 cases: 2 clean, 1 biased, 1 refused, 0 errors``."""
+    counts = outcome_counts(records)
+    return (f"{len(records)} cases: {counts['clean']} clean, {counts['biased']} biased, "
+            f"{counts['refused']} refused, {counts['error']} errors")
+
+
+def summary_lines(result, brief: bool = False) -> list[str]:
+    """The summary of a RunResult (result.py), line by line. ``brief`` (pytest's ``-q``):
+    the outcomes, the errors, what fails the run and the gate table only; the tables of
+    metrics, usage, comparison and agreement stay in the reports."""
     lines: list[str] = []
     records = result.records
-    counts = outcome_counts(records)
-    lines.append(
-        f"{len(records)} cases: {counts['clean']} clean, {counts['biased']} biased, "
-        f"{counts['refused']} refused, {counts['error']} errors"
-    )
-    lines += adaptation_lines(result.models)
-    lines += simulator_lines(records)
+    lines.append(outcomes_line(records))
+    if not brief:
+        lines += adaptation_lines(result.models)
+        lines += simulator_lines(records)
     errors = [(r, e) for r in records for e in r.get("errors", [])]
     if errors:
         from ..judges.binary import REPLAYED_NOTE
 
         replayed = sum(1 for _, e in errors if REPLAYED_NOTE in e["message"])
         cached = f"; {replayed} from answers replayed from the cache, which a recording run asks again" if replayed else ""
+        shown_most = MAX_ERRORS_SHOWN_BRIEF if brief else MAX_ERRORS_SHOWN
         lines.append("")
         lines.append(f"errors ({len(errors)}; counted, never folded into a rate{cached}):")
-        for record, error in errors[:MAX_ERRORS_SHOWN]:
+        for record, error in errors[:shown_most]:
             lines.append(f"  {record['suite']}::{record['id']}: [{error['kind']}] {error['message']}")
-        if len(errors) > MAX_ERRORS_SHOWN:
-            lines.append(f"  ... and {len(errors) - MAX_ERRORS_SHOWN} more (see --socialbias-report)")
+        if len(errors) > shown_most:
+            lines.append(f"  ... and {len(errors) - shown_most} more (see --socialbias-report)")
         from ..models.guard import circuit_lines
 
         lines += circuit_lines(records)  # endpoints that stopped answering
@@ -126,6 +134,11 @@ def summary_lines(result) -> list[str]:
         lines += gate_lines(result.gates, result.suites_run)
     else:
         lines += no_gates_lines(result)
+    if brief:
+        if result.snapshots is not None and result.snapshots.failed:
+            lines.append(f"snapshots: {len(result.snapshots.flipped_cases)} case(s) flipped, more than "
+                         f"--socialbias-snapshot-max-flips={result.snapshots.max_flips}")
+        return lines + verdict_lines(result)
     lines += by_turn_tables(result.metrics)
     lines += benevdial_tables(result.metrics)
     lines += detector_tables(result.metrics, result.detection)
@@ -143,17 +156,23 @@ def summary_lines(result) -> list[str]:
     usage = result.usage
     if usage:
         reasoning = any(u.get("reasoning_tokens") for u in usage.values())
+        unrecorded = sum(u.get("unrecorded", 0) for u in usage.values())
         lines.append("")
         lines += _table(
-            ["role", "calls", "cache hits", "misses", "prompt tokens", "completion tokens"]
-            + (["of which reasoning"] if reasoning else []),
+            ["role", "calls", "cache hits", "misses"] + (["not recorded"] if unrecorded else [])
+            + ["prompt tokens", "completion tokens"] + (["of which reasoning"] if reasoning else []),
             [
-                [role, str(u["calls"]), str(u["hits"]), str(u["misses"]), str(u["prompt_tokens"]), str(u["completion_tokens"])]
+                [role, str(u["calls"]), str(u["hits"]), str(u["misses"])]
+                + ([str(u.get("unrecorded", 0))] if unrecorded else [])
+                + [str(u["prompt_tokens"]), str(u["completion_tokens"])]
                 + ([str(u.get("reasoning_tokens", 0))] if reasoning else [])
                 for role, u in usage.items()
             ],
         )
         lines.append("(tokens are those of live calls; replayed calls cost none)")
+        if unrecorded:
+            lines.append(f"(not recorded: {unrecorded} miss(es) with no answer in the cache, which "
+                         "--socialbias-record=none does not call; their cases are errors)")
         repaired = [f"{role} {u['repaired']}" for role, u in usage.items() if u.get("repaired")]
         if repaired:
             lines.append(f"answers with fields that could not be read ({', '.join(repaired)}): token counts or "
@@ -179,19 +198,49 @@ def summary_lines(result) -> list[str]:
     if check_usage:
         u = check_usage["judge"]
         lines.append(f"judge check: {u['calls']} judge calls ({u['hits']} cached), {u['prompt_tokens']} prompt / {u['completion_tokens']} completion tokens")
+    return lines + verdict_lines(result)
+
+
+def verdict_lines(result) -> list[str]:
+    """The line that says why the results fail the run, after a blank line; none when
+    they do not."""
+    why = failure_reason(result)
+    return ["", f"{why}: exit status 1"] if why else []
+
+
+def failure_reason(result) -> str | None:
+    """Why the results fail the run, in words (the first reason), or None."""
     if result.failed_gates:
-        lines.append("")
-        lines.append(f"{result.failed_gates} gate(s) failed: exit status 1")
-    elif result.ungated:
-        lines.append("")
-        lines.append(f"{len(result.ungated)} suite(s) decided by no gate ({', '.join(result.ungated)}): exit status 1")
-    elif result.partial_failure:
-        lines.append("")
-        lines.append("partial run (only part of the cases): exit status 1")
-    elif result.gateless_failure:
-        lines.append("")
-        lines.append("no thresholds file under --socialbias-strict: exit status 1")
-    return lines
+        return f"{result.failed_gates} gate(s) failed"
+    if result.ungated:
+        return f"{len(result.ungated)} suite(s) decided by no gate ({', '.join(result.ungated)})"
+    if result.partial_failure:
+        return "partial run (only part of the cases)"
+    if result.gateless_failure:
+        return "no thresholds file under --socialbias-strict"
+    if result.snapshots is not None and result.snapshots.failed:
+        return f"{len(result.snapshots.flipped_cases)} flipped snapshot(s)"
+    return None
+
+
+def one_line(result, unwritten: list[str] = ()) -> str:
+    """The whole summary in one line (pytest's ``-qq``): outcomes, gates, the verdict, the
+    report written."""
+    counts = outcome_counts(result.records)
+    parts = [f"socialbias: {len(result.records)} cases ({counts['clean']} clean, {counts['biased']} biased, "
+             f"{counts['refused']} refused, {counts['error']} errors)"]
+    if result.gates:
+        failed = [g["gate"] for g in result.gates if g["verdict"] == "fail"]
+        names = f" ({', '.join(failed[:5])}{', ...' if len(failed) > 5 else ''})" if failed else ""
+        parts.append(f"gates {len(failed)} failed of {len(result.gates)}{names}")
+    else:
+        parts.append("no gates")
+    if unwritten:
+        parts.append(f"{len(unwritten)} report(s) not written")
+    parts.append("FAILED: exit status 1" if result.failed or unwritten else "passed")
+    if result.report_path is not None and not unwritten:
+        parts.append(f"report {result.report_path}")
+    return "; ".join(parts)
 
 
 def partial_lines(result) -> list[str]:
@@ -438,21 +487,29 @@ def snapshot_lines(result) -> list[str]:
     return lines
 
 
-def dry_run_lines(plan: dict) -> list[str]:
-    rows = []
-    totals = [0, 0, 0, 0, 0]
+def _dry_totals(plan: dict) -> dict[str, list[int]]:
+    """Role (and ``total``) -> [calls, cached, repeats, to call, est. prompt tokens, est.
+    completion tokens] of a dry run's plan."""
+    out = {}
+    totals = [0] * 6
     for role, u in sorted(plan["usage"].items()):
-        values = [u["calls"], u["hits"], u["misses"], u["prompt_tokens"], u["completion_tokens"]]
+        values = [u["calls"], u["hits"], u.get("repeated", 0), u["misses"], u["prompt_tokens"], u["completion_tokens"]]
         totals = [a + b for a, b in zip(totals, values)]
-        rows.append([role] + [f"{v:,}" for v in values])
-    rows.append(["total"] + [f"{v:,}" for v in totals])
+        out[role] = values
+    out["total"] = totals
+    return out
+
+
+def dry_run_lines(plan: dict) -> list[str]:
+    rows = [[role] + [f"{v:,}" for v in values] for role, values in _dry_totals(plan).items()]
     lines = [f"{plan['cases']} case(s) selected; no model was called"]
     if plan.get("models"):
         lines.append(plan["models"])
-    lines += _table(["role", "calls", "cached", "to call", "est. prompt tokens", "est. completion tokens"], rows)
-    lines.append("(estimates for the calls not in the cache: prompts at 4 characters per token, completions at")
-    lines.append(" each role's max_tokens (an upper bound; judges answer in one token); retries for role")
-    lines.append(" breaks and unreadable judge answers come on top)")
+    lines += _table(["role", "calls", "cached", "repeats", "to call", "est. prompt tokens", "est. completion tokens"], rows)
+    lines.append("(cached: in the cache now; repeats: asked earlier in this plan, sent once and then answered")
+    lines.append(" from the cache; estimates for the calls to make: prompts at 4 characters per token,")
+    lines.append(" completions at each role's max_tokens (an upper bound; judges answer in one token);")
+    lines.append(" retries for role breaks and unreadable judge answers come on top)")
     if plan.get("problems"):
         lines.append(f"the plan met: {', '.join(plan['problems'])} (e.g. a replay-only cache missing entries)")
     lines += [f"WARNING: {missing}" for missing in plan.get("missing", [])]
@@ -460,17 +517,34 @@ def dry_run_lines(plan: dict) -> list[str]:
     return lines
 
 
-def summary_block(result, unwritten: list[str] = ()) -> list[tuple[str, str | None]]:
+def dry_run_one_line(plan: dict) -> str:
+    """The dry run's plan in one line (pytest's ``-qq``)."""
+    calls, cached, repeats, to_call, prompt, completion = _dry_totals(plan)["total"]
+    warnings = len(plan.get("missing", [])) + len(plan.get("power", []))
+    return (f"socialbias dry run: {plan['cases']} case(s), {calls:,} calls ({cached:,} cached, {repeats:,} repeats, "
+            f"{to_call:,} to call; est. {prompt:,} prompt / {completion:,} completion tokens); no model was called"
+            + (f"; {warnings} warning(s) (run without -qq to read them)" if warnings else ""))
+
+
+def summary_block(result, unwritten: list[str] = (), verbosity: int = 0) -> list[tuple[str, str | None]]:
     """The summary a run ends with, as (line, colour) pairs (colour: None, "yellow" for a
-    warning, "red" for a failure): warnings, notes, the summary lines, reports written."""
+    warning, "red" for a failure): warnings, notes, the summary lines, reports written.
+    ``verbosity`` is pytest's: under ``-q`` (-1) the brief summary (no notes, no tables
+    but the gates'), under ``-qq`` (-2 or less) one line."""
     from ..aggregate import shown_path
 
+    if verbosity <= -2:
+        return [(fmt.printable(one_line(result, unwritten)), "red" if result.failed or unwritten else None)]
+    brief = verbosity == -1
     out: list[tuple[str, str | None]] = [(f"WARNING: {warning}", "yellow") for warning in result.warnings]
-    out += [(f"note: {note}", None) for note in result.notes[:20]]
-    if len(result.notes) > 20:
-        out.append((f"note: ... and {len(result.notes) - 20} more (see --socialbias-report)", None))
-    for line in summary_lines(result):
-        red = line.rstrip().endswith("FAIL") or "crossed: exit status 1" in line
+    if brief and result.notes:
+        out.append((f"note: {len(result.notes)} note(s) left out under -q (see --socialbias-report)", None))
+    if not brief:
+        out += [(f"note: {note}", None) for note in result.notes[:20]]
+        if len(result.notes) > 20:
+            out.append((f"note: ... and {len(result.notes) - 20} more (see --socialbias-report)", None))
+    for line in summary_lines(result, brief=brief):
+        red = line.rstrip().endswith("FAIL") or line.endswith(": exit status 1")
         out.append((line, "red" if red else None))
     # Errors, notes and adaptations quote models and servers: shown, never acted on.
     out = [(fmt.printable(line), colour) for line, colour in out]
