@@ -254,7 +254,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "table": Subcommand(
         help="the papers' tables across runs from JSON reports: DyMT (a row per target: zero-shot, scripted and "
         "DyMT bias, coherence, refusal, the rise from turn 5 to 10 per category) or BenevDial detection (a row per "
-        "detector), each cell with its interval and n, notes on partial or mismatched runs, rows compared pairwise",
+        "detector), each cell with its interval and n, notes on partial, failed or mismatched runs, rows compared "
+        "pairwise with the paired tests of the no_regression gates",
         configure=_table_configure,
         run=_table_run,
     ),

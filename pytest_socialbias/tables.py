@@ -439,7 +439,7 @@ def detector_label(source: Source, suite: str, detector: str) -> str:
     models = source.data["models"]
     entries = [c["detections"][detector] for c in source.cases(suite) if detector in (c.get("detections") or {})]
     if detector.startswith("ensemble"):
-        judges = sorted(k for k in models if k == "judge" or k.startswith("judge-"))
+        judges = sorted((k for k in models if k == "judge" or k.startswith("judge-")), key=_detector_order)
         what = "ensemble of " + " + ".join(_spec_text(models[k]) for k in judges)
     elif detector.startswith("guard"):
         spec = models.get("guard") or {}
@@ -684,7 +684,8 @@ def render_latex(doc: Document) -> str:
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1b1b1b}
 h1{font-size:1.4rem}h2{font-size:1.1rem;margin-top:2rem}
 table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #ccc;padding:.35rem .6rem;vertical-align:top}
-th{background:#f3f3f3;text-align:left}td.c{text-align:center;white-space:nowrap}
+th{background:#f3f3f3;text-align:left}tr>th:first-child{min-width:14em;max-width:26em}
+td.c{text-align:center;white-space:nowrap}td.d{white-space:nowrap}.wide{overflow-x:auto}
 .v{font-weight:600}.ci{color:#555;font-size:.85em}.n{color:#777;font-size:.8em}
 sup a{color:#b00020;text-decoration:none;font-weight:600}.empty{color:#999}
 .worse{color:#b00020;font-weight:600}.better{color:#0a6b2d;font-weight:600}
@@ -705,7 +706,7 @@ def render_html(doc: Document) -> str:
         return "<sup>" + ",".join(f'<a href="#note-{n}">{n}</a>' for n in sorted(set(notes))) + "</sup>"
 
     for table in doc.tables:
-        parts.append(f"<h2>{esc(table.title)}</h2><table><tr><th>{esc(table.corner)}</th>"
+        parts.append(f'<h2>{esc(table.title)}</h2><div class="wide"><table><tr><th>{esc(table.corner)}</th>'
                      + "".join(f"<th>{esc(_heading(c))}</th>" for c in table.columns) + "</tr>")
         for label, cells in table.rows:
             row = [f"<th>{esc(label)}</th>"]
@@ -718,11 +719,11 @@ def render_html(doc: Document) -> str:
                 if cell.value is None:
                     row.append(f'<td class="c empty">&ndash; <span class="n">n={cell.n}</span>{marks(cell.notes)}</td>')
                     continue
-                row.append(f'<td class="c"><span class="v">{esc(_value(cell))}</span> '
+                row.append(f'<td class="c"><span class="v">{esc(_value(cell))}</span>{marks(cell.notes)}<br>'
                            f'<span class="ci">{esc(interval(cell.ci_low, cell.ci_high, cell.metric))}</span> '
-                           f'<span class="n">n={cell.n}</span>{marks(cell.notes)}</td>')
+                           f'<span class="n">n={cell.n}</span></td>')
             parts.append("<tr>" + "".join(row) + "</tr>")
-        parts.append("</table>")
+        parts.append("</table></div>")
         if table.missing:
             parts.append("<ul>" + "".join(f"<li>{esc(line[2:])}</li>" for line in _missing_lines(table)) + "</ul>")
     if doc.pairs:
@@ -735,7 +736,8 @@ def render_html(doc: Document) -> str:
             row = [esc(c) for c in cells]
             row[2] += marks(pair.notes)
             row[6] = f'<span class="{css}">{row[6]}</span>' if css else row[6]
-            parts.append("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
+            parts.append("<tr>" + "".join(f'<td class="d">{c}</td>' if i in (3, 4, 5) else f"<td>{c}</td>"
+                                          for i, c in enumerate(row)) + "</tr>")
         parts.append("</table>")
     if doc.notes:
         parts.append("<h2>Notes</h2><ol>" + "".join(f'<li id="note-{i}">{esc(t)}</li>'
@@ -758,13 +760,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "from turn 5 to 10 per category); benevdial-detect: a row per detector (accuracy, precision, "
                         "recall, F1, TR_N/OB/BB, OB-BB gap, macro-F1, unreadable) (default dymt)")
     parser.add_argument("--format", choices=FORMATS, default="markdown", dest="fmt",
-                        help="output format (default markdown); csv holds one line per cell with the raw values")
+                        help="output format (default markdown; html is a standalone page); csv holds one line per "
+                        "cell and per comparison, with the values as the reports hold them (shares as fractions)")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE", help="write here instead of standard output")
     parser.add_argument("--turn", type=int, default=5, metavar="T",
                         help="dymt: cumulative bias through this turn for the scripted and DyMT columns (default 5)")
     parser.add_argument("--suite", action="append", default=[], metavar="COLUMN=NAME", dest="suites",
-                        help="dymt: the suite that fills a column (zeroshot, fairmt, dymt) where a target's reports "
-                        "hold several of its protocol, e.g. --suite fairmt=fairmt --suite dymt=dymt-fairmt")
+                        help="dymt: the suite (by name) that fills a column (zeroshot, fairmt, dymt; DyMT's coherence, "
+                        "refusal and rise come from the dymt one), needed where a target's reports hold several suites "
+                        "of the column's protocol, e.g. --suite fairmt=fairmt --suite dymt=dymt-fairmt")
     parser.add_argument("--variant", default="clean", metavar="NAME",
                         help="benevdial-detect: the variant the rows show (default clean)")
     parser.add_argument("--pairs", choices=PAIRINGS, default="all",

@@ -217,7 +217,8 @@ def test_the_formats_escape_their_text(reports, capsys, tmp_path):
     assert status == 0
     page = (tmp_path / "t.html").read_text()
     assert page.startswith("<!doctype html>") and page.count("<table>") == 3
-    assert '<th>openai:t2</th><td class="c"><span class="v">100.0</span> <span class="ci">[59.8, 100.0]</span>' in page
+    assert ('<th>openai:t2</th><td class="c"><span class="v">100.0</span><sup><a href="#note-1">1</a></sup><br>'
+            '<span class="ci">[59.8, 100.0]</span> <span class="n">n=8</span></td>') in page
     assert '<li id="note-1">fewer than 10 independent units' in page
     status, latex, _ = table(capsys, *args, "--format", "latex")
     assert r"\toprule" in latex and r"Zero-shot bias (\%)" in latex
@@ -272,3 +273,22 @@ def test_help_names_the_layouts_and_formats(capsys):
     text = capsys.readouterr().out
     for word in ("dymt", "benevdial-detect", "markdown", "csv", "latex", "html", "--turn", "--suite", "--variant", "--pairs"):
         assert word in text
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium here to read the page")
+def test_a_browser_reads_the_html_page_as_written(reports, capsys, tmp_path):
+    """The page as a browser parses it: the same tables, rows and cells as written (no
+    markup broken by a label), and a screenshot of it renders."""
+    import subprocess
+
+    status, _, _ = table(capsys, *(reports[n] for n in DYMT), "--format", "html", "-o", tmp_path / "t.html")
+    assert status == 0
+    browser = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*browser, "--dump-dom", (tmp_path / "t.html").as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    written = (tmp_path / "t.html").read_text()
+    for tag in ("<table>", "<tr>", '<td class="c">', "<sup>"):
+        assert dom.count(tag) == written.count(tag) > 0, tag
+    subprocess.run([*browser, f"--screenshot={tmp_path / 't.png'}", "--window-size=1400,1200",
+                    (tmp_path / "t.html").as_uri()], capture_output=True, timeout=120)
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
