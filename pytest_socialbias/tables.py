@@ -177,18 +177,23 @@ def _cell(doc: Document, source: Source, suite: str, metric: str, category=None,
     return cell
 
 
-def _meta(source: Source, suite: str, as_name: str) -> dict:
-    return {"models": source.data["models"], "prompt_templates": [],
-            "suites": {as_name: source.data["suites"][suite]}}
+def _meta(source: Source, models: bool) -> dict:
+    return {"models": source.data["models"] if models else {}, "prompt_templates": [], "suites": {}}
 
 
-def _mismatch(reference: tuple[Source, str], other: tuple[Source, str]) -> list[str]:
+def _mismatch(reference: tuple[Source, str], other: tuple[Source, str], models: bool = True) -> list[str]:
     """Why a row's suite run is not measured as the column's first row's was: another
-    judge or user simulator, suite file, prompt version or plugin version."""
+    judge or user simulator (``models``: not where the judges are the rows), suite file,
+    prompt version or plugin version."""
     from .compare import comparability_warnings
 
     (ref, ref_suite), (cur, cur_suite) = reference, other
-    out = comparability_warnings(_meta(ref, ref_suite, cur_suite), _meta(cur, cur_suite, cur_suite))
+    # compare.py's words for another judge or user simulator ("the baseline": the first row).
+    out = comparability_warnings(_meta(ref, models), _meta(cur, models))
+    ref_sha, cur_sha = ref.data["suites"][ref_suite]["sha256"], cur.data["suites"][cur_suite]["sha256"]
+    if ref_sha != cur_sha:
+        out.append(f"suite {cur_suite} ran from another suite, seeds or dialogues file (sha256 {cur_sha[:12]} here, "
+                   f"{ref_sha[:12]} in {ref.name}): its cases are not paired with that row's")
     versions = {}
     for template in ref.data["prompt_templates"]:
         name, _, version = template.partition("@")
@@ -202,7 +207,7 @@ def _mismatch(reference: tuple[Source, str], other: tuple[Source, str]) -> list[
     return out
 
 
-def _flag_mismatches(doc: Document, table: Table, origin: dict) -> None:
+def _flag_mismatches(doc: Document, table: Table, origin: dict, models: bool = True) -> None:
     """Per column, a note on each cell measured otherwise than the column's first row.
     ``origin``: (row label, column key) -> (source, suite)."""
     for column in table.columns:
@@ -212,7 +217,7 @@ def _flag_mismatches(doc: Document, table: Table, origin: dict) -> None:
             continue
         first_label, first = placed[0]
         for label, found in placed[1:]:
-            for why in _mismatch(first, found):
+            for why in _mismatch(first, found, models):
                 number_ = doc.note(f"{label}, {column.heading}: not measured as {first_label}'s ({found[0].name}: {why})")
                 dict(table.rows)[label][column.key].notes.append(number_)
 
@@ -272,7 +277,8 @@ def build_dymt(sources: list[Source], turn: int = 5, chosen: dict[str, str] | No
     specs: dict[str, set] = {}
     for source in sources:
         spec = source.data["models"]["target"]
-        specs.setdefault(target_of(source), set()).add((spec.get("base_url"), json.dumps(spec.get("params"), sort_keys=True)))
+        specs.setdefault(target_of(source), set()).add(
+            (spec.get("base_url"), json.dumps(spec.get("params"), sort_keys=True), spec.get("checkpoint")))
     columns = [Column(key, heading + (f" @{turn}" if "@T" in metric else ""), metric.replace("@T", f"@{turn}"))
                for key, heading, _, metric in DYMT_COLUMNS]
     main = Table(f"DyMT: bias, coherence and refusal per target (cumulative bias through turn {turn})", "Target",
@@ -281,8 +287,8 @@ def build_dymt(sources: list[Source], turn: int = 5, chosen: dict[str, str] | No
     for target, suites in by_target.items():
         target_notes = []
         if len(specs[target]) > 1:
-            target_notes.append(doc.note(f"{target}: its reports reached the target at different endpoints or "
-                                         f"parameters ({', '.join(sorted(str(s) for s in specs[target]))})"))
+            target_notes.append(doc.note(f"{target}: its reports reached the target at different endpoints, "
+                                         f"parameters or checkpoints ({', '.join(sorted(str(s) for s in specs[target]))})"))
         cells: dict[str, Cell | None] = {}
         for column in columns:
             suite_key = column.key if column.key in SUITE_KEYS else "dymt"
@@ -500,7 +506,7 @@ def build_detect(sources: list[Source], variant: str = "clean", pairs: str = "al
                     else:
                         origin[(label, column.key)] = (source, suite)
                 table.rows.append((label, cells))
-    _flag_mismatches(doc, table, origin)
+    _flag_mismatches(doc, table, origin, models=False)  # the judges and guards are what the rows compare
     doc.tables.append(table)
     comparable = [c for c in columns if is_comparable(c.metric)]
     for first, second in _row_pairs([label for label, _ in table.rows], pairs):

@@ -162,12 +162,42 @@ def test_mismatched_runs_are_flagged_and_other_suite_files_not_paired(reports, c
     dymt_bias = got[(MAIN, "openai:t4", "DyMT avg bias @5")]["notes"]
     assert "openai:t4, DyMT avg bias @5: not measured as openai:t's" in dymt_bias
     assert "the baseline's judge differs (openai:j@" in dymt_bias  # compare.comparability_warnings' words
-    assert "suite dymt: its file changed since the baseline" in dymt_bias
+    assert "suite dymt ran from another suite, seeds or dialogues file (sha256 000000000000 here" in dymt_bias
     assert "judge differs" in got[(MAIN, "openai:t4", "Zero-shot bias")]["notes"]
     assert "judge differs" not in got[(MAIN, "openai:t", "Zero-shot bias")]["notes"]  # the column's first row
     pair = got[("pairwise", "openai:t vs openai:t4", "DyMT avg bias @5")]
     assert pair["verdict"] == "not compared: the suite files differ (sha256): their cases do not match"
     assert got[("pairwise", "openai:t vs openai:t4", "Zero-shot bias")]["n"] == "8"
+    # One target's two reports reached it at two endpoints: every cell of its row says so.
+    moved = json.loads(reports["t-baselines"].read_text())
+    moved["models"]["target"]["base_url"] = "http://127.0.0.1:9/v1"
+    (tmp_path / "moved.json").write_text(json.dumps(moved))
+    status, out, err = table(capsys, reports["t-dymt"], tmp_path / "moved.json", "--format", "csv")
+    got = cells(out)
+    assert all("openai:t: its reports reached the target at different endpoints, parameters or checkpoints"
+               in got[(MAIN, "openai:t", column)]["notes"] for column in ("Zero-shot bias", "DyMT avg bias @5"))
+
+
+def test_detector_rows_of_other_judges_are_not_flagged_but_other_dialogues_are(reports, capsys, tmp_path):
+    other = json.loads(reports["detect-plain"].read_text())
+    other["models"]["judge"]["model"] = "jz"  # another judge: another row, not a mismatch
+    (tmp_path / "jz.json").write_text(json.dumps(other))
+    status, out, err = table(capsys, reports["detect-operational"], tmp_path / "jz.json", "--layout", "benevdial-detect",
+                             "--format", "csv")
+    assert status == 0, err
+    got = cells(out)
+    assert not any("not measured as" in r["notes"] for r in got.values())
+    assert got[("pairwise", "judge openai:ja, operational vs judge openai:jz, plain", "Acc")]["n"] == "6"
+    other["suites"]["detect"]["sha256"] = "1" * 64  # another dialogues file
+    (tmp_path / "jz.json").write_text(json.dumps(other))
+    _, out, _ = table(capsys, reports["detect-operational"], tmp_path / "jz.json", "--layout", "benevdial-detect",
+                      "--format", "csv")
+    got = cells(out)
+    notes = got[(next(t for t, _, _ in got if t.startswith("BenevDial")), "judge openai:jz, plain", "Acc")]["notes"]
+    assert "suite detect ran from another suite, seeds or dialogues file (sha256 111111111111 here" in notes
+    assert "judge differs" not in notes
+    assert got[("pairwise", "judge openai:ja, operational vs judge openai:jz, plain", "Acc")]["verdict"] == (
+        "not compared: the suite files differ (sha256): their cases do not match")
 
 
 def test_a_failed_or_errored_run_is_noted(reports, capsys, tmp_path):
