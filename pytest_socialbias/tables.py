@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
-from .metrics.catalogue import is_comparable, is_percent, lower_is_worse
+from .metrics.catalogue import is_comparable, is_percent
 from .report.formatting import difference, interval, number, p_value
 
 LAYOUTS = ("dymt", "benevdial-detect")
@@ -137,7 +137,7 @@ def load_reports(paths: list[Path]) -> list[Source]:
             validate_report(data)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ConfigError(f"{path}: not a readable JSON report ({exc}); give a file written by --socialbias-report") from None
-        except Exception as exc:  # jsonschema.ValidationError
+        except Exception as exc:  # noqa: BLE001 - jsonschema.ValidationError, imported lazily
             where = "/".join(str(p) for p in getattr(exc, "absolute_path", [])) or "(top)"
             raise ConfigError(
                 f"{path}: not a pytest-socialbias report of this format (at {where}: {getattr(exc, 'message', exc)}); "
@@ -583,8 +583,8 @@ def render_markdown(doc: Document) -> str:
                 text = cell_text(cell)
                 if cell is not None and cell.notes:
                     text += f" !{_marks(cell.notes)}"
-                texts.append(text.replace("|", "\\|"))
-            out.append("| " + " | ".join([label.replace("|", "\\|")] + texts) + " |")
+                texts.append(_md(text))
+            out.append("| " + " | ".join([_md(label)] + texts) + " |")
         out += [""] + _missing_lines(table) + ([""] if table.missing else [])
     if doc.pairs:
         out += [f"## {PAIRS_TITLE}", "", "| " + " | ".join(PAIR_HEADINGS) + " |", "|" + "---|" * len(PAIR_HEADINGS)]
@@ -592,20 +592,24 @@ def render_markdown(doc: Document) -> str:
             cells = _pair_cells(pair)
             if pair.notes:
                 cells[2] += f" !{_marks(pair.notes)}"
-            out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+            out.append("| " + " | ".join(_md(c) for c in cells) + " |")
         out.append("")
     out += _note_lines(doc)
     return "\n".join(out).rstrip() + "\n"
 
 
+def _md(text: str) -> str:
+    """Text in a Markdown table cell: a pipe would end the cell, a line break the row."""
+    return " ".join(text.splitlines()).replace("|", "\\|")
+
+
 def _missing_lines(table: Table) -> list[str]:
-    return [f"- {label}, {dict((c.key, c.heading) for c in table.columns)[key]}: empty, {why}"
-            for (label, key), why in table.missing.items()]
+    headings = {c.key: c.heading for c in table.columns}
+    return [f"- {label}, {headings[key]}: empty, {why}" for (label, key), why in table.missing.items()]
 
 
 def _note_lines(doc: Document) -> list[str]:
-    lines = ["Cells: value [95% interval] n (the report's own interval and denominator); "
-             "!k: see note k."]
+    lines = ["Cells: value [95% interval] n (the report's own interval and denominator); !k: see note k."]
     if doc.notes:
         lines += ["", "Notes:", ""] + [f"{i}. {text}" for i, text in enumerate(doc.notes, start=1)]
     return lines
@@ -642,7 +646,7 @@ def _raw(value) -> str:
 
 
 _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
-          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+          "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\n": " ", "\r": " "}
 
 
 def _tex(text: str) -> str:
@@ -679,6 +683,7 @@ def render_latex(doc: Document) -> str:
                         text += f"$^{{{_marks(cell.notes)}}}$"
                     texts.append(text)
                 body.append(" & ".join(texts) + r" \\")
+            body += ["% " + _tex(line[2:]) for line in _missing_lines(table)]  # why a cell is empty
         out += [f"% {_tex(title)}", r"\begin{table}[t]", r"\centering", r"\small",
                 r"\begin{tabular}{l" + "c" * (len(headings) - 1) + "}", r"\toprule",
                 " & ".join(_tex(h) for h in headings) + r" \\", r"\midrule", *body, r"\bottomrule", r"\end{tabular}",
@@ -703,8 +708,8 @@ def render_html(doc: Document) -> str:
     parts = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>pytest-socialbias table ({esc(doc.layout)})</title>", f"<style>{_CSS}</style></head><body>",
              f"<h1>pytest-socialbias: {esc(doc.layout)} table</h1>",
-             '<p class="legend">Each cell: value, its 95% interval and n, as the report holds them; a red mark '
-             "points to a note below.</p>"]
+             ('<p class="legend">Each cell: value, its 95% interval and n, as the report holds them; a red mark '
+              "points to a note below.</p>")]
 
     def marks(notes):
         if not notes:

@@ -255,14 +255,14 @@ def test_the_formats_escape_their_text(reports, capsys, tmp_path):
     assert r"openai:t2 & 100.0 {\scriptsize [59.8, 100.0]} {\scriptsize n=8}$^{1}$" in latex
     # A label with characters the formats act on comes out as text.
     hostile = json.loads(reports["t2"].read_text())
-    hostile["models"]["target"]["model"] = "<b>x</b>_&%|"
+    hostile["models"]["target"]["model"] = "<b>x</b>_&%|\nnext"
     (tmp_path / "hostile.json").write_text(json.dumps(hostile))
     _, page, _ = table(capsys, tmp_path / "hostile.json", "--format", "html")
     assert "<b>x</b>" not in page and "openai:&lt;b&gt;x&lt;/b&gt;_&amp;%|" in page
     _, latex, _ = table(capsys, tmp_path / "hostile.json", "--format", "latex")
-    assert r"openai:<b>x</b>\_\&\%|" in latex
+    assert r"openai:<b>x</b>\_\&\%| next & " in latex
     _, text, _ = table(capsys, tmp_path / "hostile.json")
-    assert "| openai:<b>x</b>_&%\\| |" in text
+    assert "| openai:<b>x</b>_&%\\| next |" in text
 
 
 @pytest.mark.parametrize("args, message", [
@@ -315,10 +315,10 @@ def test_a_browser_reads_the_html_page_as_written(reports, capsys, tmp_path):
     assert status == 0
     browser = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([*browser, "--dump-dom", (tmp_path / "t.html").as_uri()], capture_output=True, text=True,
-                         timeout=120).stdout
+                         timeout=120, check=True).stdout
     written = (tmp_path / "t.html").read_text()
     for tag in ("<table>", "<tr>", '<td class="c">', "<sup>"):
         assert dom.count(tag) == written.count(tag) > 0, tag
     subprocess.run([*browser, f"--screenshot={tmp_path / 't.png'}", "--window-size=1400,1200",
-                    (tmp_path / "t.html").as_uri()], capture_output=True, timeout=120)
+                    (tmp_path / "t.html").as_uri()], capture_output=True, timeout=120, check=True)
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
