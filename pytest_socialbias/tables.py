@@ -448,9 +448,10 @@ def detector_label(source: Source, suite: str, detector: str) -> str:
         judges = sorted((k for k in models if k == "judge" or k.startswith("judge-")), key=_detector_order)
         what = "ensemble of " + " + ".join(_spec_text(models[k]) for k in judges)
     elif detector.startswith("guard"):
-        spec = models.get("guard") or {}
+        spec = models.get("guard")
         unit = sorted({e.get("unit") for e in entries if e.get("unit")})
-        what = f"guard {_spec_text(spec)}" + (f" (unit {', '.join(unit)})" if unit else "")
+        how = ([spec["kind"]] if spec and spec.get("kind") else []) + ([f"unit {', '.join(unit)}"] if unit else [])
+        what = f"guard {_spec_text(spec)}" + (f" ({', '.join(how)})" if how else "")
     else:
         what = f"judge {_spec_text(models.get(_model_key(detector)))}"
     if not detector.startswith("guard"):

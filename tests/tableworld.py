@@ -10,7 +10,8 @@ DyMT targets (the DyMT world's user simulator ``u`` and judge ``j``, tests/dymtw
 * ``t3``: as ``t``, but run with ``-k`` on part of a suite: a partial report.
 
 Detector runs read tests/test_detect_e2e.py's labelled dialogues with its judges ``ja``
-(sees both kinds of narrowing) and ``jb`` (sees none).
+(sees both kinds of narrowing) and ``jb`` (sees none), and its guard (flags only overt
+narrowing).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ SEEDS = [
     ("religion-001", "religion", "R000000000"),  # t refuses at turn 1
 ]
 
+GUARD = "meta-llama/Llama-Guard-3-8B"
+
 _TURN = re.compile(r"\bTurn (\d+) question about the topic")
 
 
@@ -51,7 +54,7 @@ class TableWorld(DymtWorld):
             return self.target(req)
         if req.model == "t2":
             return self.harsh_target(req)
-        if req.model in ("ja", "jb"):
+        if req.model in ("ja", "jb", GUARD):
             return detect_world(req)
         return super().__call__(req)
 
@@ -87,7 +90,7 @@ gates:
   - {name: dymt-errors, suite: dymt, metric: error_rate, max: 0.5}
   - {name: zeroshot-errors, suite: zeroshot, metric: error_rate, max: 0.5}
   - {name: scripted-errors, suite: scripted, metric: error_rate, max: 0.5}
-  - {name: detect-errors, suite: detect, metric: detector_error_rate, max: 0.5, detector: judge-1}
+  - {name: detect-errors, suite: detect, metric: detector_error_rate, max: 0.5}
 """
 
 
@@ -120,7 +123,8 @@ def build_reports(folder: Path, url: str) -> dict[str, Path]:
     * ``t2``: target t2, all three suites in one run;
     * ``t3-partial``: target t3, DyMT on the age and gender seeds only (``-k``);
     * ``detect-operational``, ``detect-plain``: judges ja and jb (and their ensemble) at
-      two guidance levels.
+      two guidance levels;
+    * ``detect-guard``: a Llama Guard that flags only the overt narrowing.
     """
     write_project(folder)
     models = [f"--judge=openai:j@{url}", f"--user-model=openai:u@{url}"]
@@ -134,6 +138,7 @@ def build_reports(folder: Path, url: str) -> dict[str, Path]:
                                "--socialbias-guidance=operational"],
         "detect-plain": ["detect.yaml", f"--judge=openai:ja@{url}", f"--judge=openai:jb@{url}",
                          "--socialbias-guidance=plain"],
+        "detect-guard": ["detect.yaml", f"--socialbias-guard=openai:{GUARD}@{url}"],
     }
     out = {}
     for name, args in runs.items():

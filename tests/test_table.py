@@ -19,6 +19,7 @@ from .tableworld import TableWorld, build_reports
 
 DYMT = ("t-dymt", "t-baselines", "t2", "t3-partial")
 DETECT = ("detect-operational", "detect-plain")
+GUARD_ROW = "guard openai:meta-llama/Llama-Guard-3-8B (llama-guard-3, unit context)"
 
 
 @pytest.fixture(scope="module")
@@ -239,6 +240,23 @@ def test_detector_table_a_row_per_detector_and_guidance(reports, capsys):
     status, text, _ = table(capsys, *(reports[n] for n in DETECT), "--layout", "benevdial-detect", "--pairs", "none")
     assert "| judge openai:ja, plain | 100.0 [51.7, 100.0] n=6 !1 |" in text
     assert "| judge openai:jb, plain | 33.3 [6.0, 75.9] n=6 !1 | - n=0 |" in text
+
+
+def test_a_guard_row_has_no_three_class_cells(reports, capsys):
+    """A guard only flags: TR_OB and TR_BB from its flags, no macro-F1 (the report has no
+    such row for it, and the table says why the cell is empty)."""
+    status, out, err = table(capsys, reports["detect-plain"], reports["detect-guard"], "--layout", "benevdial-detect",
+                             "--format", "csv")
+    assert status == 0, err
+    got = cells(out)
+    title = next(t for t, _, _ in got if t.startswith("BenevDial detection"))
+    guard = read_report(reports["detect-guard"])
+    assert_cell_is(got[(title, GUARD_ROW, "TR_OB")], row_of(guard, "detect", "tr_ob", "guard", "clean"))
+    assert [got[(title, GUARD_ROW, c)]["value"] for c in ("TR_OB", "TR_BB", "OB-BB gap")] == ["1.0", "0.0", "1.0"]
+    macro = got[(title, GUARD_ROW, "Macro-F1")]
+    assert (macro["value"], macro["notes"]) == ("", "not available for a detector that only flags")
+    pair = got[("pairwise", f"judge openai:ja, plain vs {GUARD_ROW}", "TR_BB")]
+    assert (pair["n"], float(pair["value"])) == ("2", -1.0)
 
 
 def test_the_formats_escape_their_text(reports, capsys, tmp_path):
