@@ -228,6 +228,18 @@ def _quality_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _table_configure(parser: argparse.ArgumentParser) -> None:
+    from .tables import add_arguments
+
+    add_arguments(parser)
+
+
+def _table_run(args: argparse.Namespace) -> int:
+    from .tables import run
+
+    return run(args)
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "init": Subcommand(
         help="write a starter project: the starter suites (smoke and DyMT; --suite NAME ... or --all for others), "
@@ -275,6 +287,14 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "class, Cohen's d against N with its confidence interval",
         configure=_markers_configure,
         run=_markers_run,
+    ),
+    "table": Subcommand(
+        help="the papers' tables across runs from JSON reports: DyMT (a row per target: zero-shot, scripted and "
+        "DyMT bias, coherence, refusal, the rise from turn 5 to 10 per category) or BenevDial detection (a row per "
+        "detector), each cell with its interval and n, notes on partial, failed or mismatched runs, rows compared "
+        "pairwise with the paired tests of the no_regression gates",
+        configure=_table_configure,
+        run=_table_run,
     ),
     "quality": Subcommand(
         help="dataset quality of a labelled dialogue file: MTLD, Self-BLEU-4 and Vendi (n-gram kernel), "

@@ -159,7 +159,10 @@ async def run_detect(case, roles, usage) -> dict:
                 errors.append({"kind": GUARD_ERROR, "role": "guard", "message": "guard: no unit flagged and some unreadable"})
             continue
         flagged = None if result.cls is None else result.cls in BIASED
-        detections[detector] = {"class": result.cls, "flagged": flagged, "probs": result.probs, "output": "classes"}
+        detections[detector] = {"class": result.cls, "flagged": flagged, "probs": result.probs, "output": "classes",
+                                # the judge setting that read it (rows of the `table` command)
+                                "guidance": options["guidance"],
+                                "demographics": detector.endswith(WITH_DEMOGRAPHICS) or options["demographics"]}
         if result.error:
             kind = JUDGE_ERROR if detector == primary else DETECTOR_ERROR
             errors.append({"kind": kind, "role": "judge", "message": f"{detector}: {result.error}"})
@@ -177,6 +180,8 @@ async def run_detect(case, roles, usage) -> dict:
             "probs": combined["probs"],
             "method": combined["method"],
             "output": "classes",
+            "guidance": options["guidance"],
+            "demographics": bool(suffix) or options["demographics"],
         }
         if combined["class"] is None:
             kind = JUDGE_ERROR if not suffix else DETECTOR_ERROR
