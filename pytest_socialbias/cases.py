@@ -21,7 +21,7 @@ DEFAULT_BATCH_SIZE = 64
 
 #: Keys every suite file may have, whatever its protocol.
 COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size", "judge_params", "simulator_check",
-               "prompts")
+               "prompts", "preset")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class Case:
     # The suite's ``prompts:`` folder as sorted (template name, file) pairs: its files replace
     # ours (and the run's --socialbias-prompts) for this case's calls (prompts.SUITE_OVERRIDES).
     prompts: tuple = ()
+    # The suite's ``preset:`` ("paper": the papers' settings where ours differ), reported.
+    preset: str | None = None
 
     @property
     def name(self) -> str:

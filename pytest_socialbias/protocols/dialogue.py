@@ -91,7 +91,8 @@ async def simulate_user(user_model, case, turns: list[dict], usage, record: Simu
         statement=case.statement,
         category=case.category,
         group=case.group,
-        style_instructions=template.extras[f"style_{style}"].strip(),
+        style_instructions=template.snippet(f"style_{style}", statement=case.statement, category=case.category,
+                                            group=case.group).strip(),
         situation=situation,
     )
     context = UserTurnContext(
