@@ -91,6 +91,9 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
         suite.cases = [replace(case, judge_params=params) for case in suite.cases]
     if source.data.get("preset"):
         suite.cases = [replace(case, preset=source.data["preset"]) for case in suite.cases]
+    findings = source.data.get("simulator_findings") or ("report" if source.data.get("preset") == "paper" else None)
+    if findings:
+        suite.cases = [replace(case, simulator_findings=findings) for case in suite.cases]
     check = simulator_check(source)
     if check == "embedded":
         from .turn_embed import check_available

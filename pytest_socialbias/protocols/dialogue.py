@@ -21,7 +21,7 @@ from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STYLES, USER_SIMULATOR_ERROR
 from .turn_model import check as check_turn
 from .user_check import (
-    CONTENT_FILTER, EMBEDDED_CHECK, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
+    CONTENT_FILTER, EMBEDDED_CHECK, JUDGE_CHECK, JUDGED, REPORT_FINDINGS, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
 )
 
 #: What a guard's block does to the dialogue (--socialbias-guard-policy): ``follow`` it on
@@ -126,7 +126,9 @@ async def draw_user_message(
     ``turn_embed.check``), when
     the provider's content filter stopped it, or, with a ``judge`` (the judged simulator
     check), when the judge finds it revealing or not following from ``history``. Every
-    draw is counted in ``record`` (the report's simulator record)."""
+    draw is counted in ``record`` (the report's simulator record). With
+    ``record.report_only`` a draw the checks flag is kept and its finding counted
+    (``SimulatorRecord.keep``): only a content-filtered draw is drawn again."""
     rejected = []
     record.turns += 1
     for sample in range(USER_SIMULATOR_ATTEMPTS):
@@ -149,6 +151,9 @@ async def draw_user_message(
             judged = await judge_user_turn(judge, history, text, usage, record)
             finding = None if reply.model == DRY_RUN_MODEL else judged
         record.add(finding)
+        if finding is not None and record.report_only and finding.kind != CONTENT_FILTER:
+            record.keep(finding)  # report-only findings: flagged and counted, never redrawn
+            finding = None
         if finding is None:
             if rejected:
                 record.retried += 1
@@ -256,7 +261,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
     turns: list[dict] = []
     judge_tasks = []
     errors: list[dict] = []
-    record = SimulatorRecord()
+    record = SimulatorRecord(report_only=roles.simulator_findings == REPORT_FINDINGS)
     rejected: list = []
     simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
     embedded = roles.simulator_check == EMBEDDED_CHECK

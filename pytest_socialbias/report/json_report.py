@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from .. import __version__
-from ..metrics import outcome_counts, simulator_summary
+from ..metrics import outcome_counts, simulator_findings, simulator_summary
 
 REPORT_FORMAT = 1
 
@@ -75,6 +75,9 @@ def build_report(result) -> dict:
     simulated = simulator_summary(result.records)
     if simulated:
         report["simulator"] = simulated
+    findings = simulator_findings(result.records)
+    if findings:
+        report["simulator_findings"] = findings
     if result.comparison is not None:
         report["comparison"] = result.comparison
     if result.judge_check is not None:
