@@ -240,6 +240,30 @@ def _table_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _sample_configure(parser: argparse.ArgumentParser) -> None:
+    from .benevdial.lexicon import add_sample_arguments
+
+    add_sample_arguments(parser)
+
+
+def _sample_run(args: argparse.Namespace) -> int:
+    from .benevdial.lexicon import run_sample
+
+    return run_sample(args)
+
+
+def _cues_configure(parser: argparse.ArgumentParser) -> None:
+    from .benevdial.lexicon import add_cue_arguments
+
+    add_cue_arguments(parser)
+
+
+def _cues_run(args: argparse.Namespace) -> int:
+    from .benevdial.lexicon import run_cue_words
+
+    return run_cue_words(args)
+
+
 SUBCOMMANDS: dict[str, Subcommand] = {
     "init": Subcommand(
         help="write a starter project: the starter suites (smoke and DyMT; --suite NAME ... or --all for others), "
@@ -301,6 +325,18 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "per class and per generator x class",
         configure=_quality_configure,
         run=_quality_run,
+    ),
+    "annotation-sample": Subcommand(
+        help="a class-balanced, seeded sample of a labelled dialogue file for people to annotate (100 per "
+        "class: 300), with a blind copy for the annotator",
+        configure=_sample_configure,
+        run=_sample_run,
+    ),
+    "cue-words": Subcommand(
+        help="cue words per class from a labelled dialogue file (agent turns; weighted log-odds with an "
+        "informative Dirichlet prior): a cue file for the detector suites' mask variants",
+        configure=_cues_configure,
+        run=_cues_run,
     ),
 }
 

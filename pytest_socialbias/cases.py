@@ -21,7 +21,7 @@ DEFAULT_BATCH_SIZE = 64
 
 #: Keys every suite file may have, whatever its protocol.
 COMMON_KEYS = ("socialbias", "suite", "protocol", "description", "turns", "batch_size", "judge_params", "simulator_check",
-               "prompts")
+               "prompts", "preset", "simulator_findings")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ class Case:
     # The suite's ``prompts:`` folder as sorted (template name, file) pairs: its files replace
     # ours (and the run's --socialbias-prompts) for this case's calls (prompts.SUITE_OVERRIDES).
     prompts: tuple = ()
+    # The suite's ``preset:`` ("paper": the papers' settings where ours differ), reported.
+    preset: str | None = None
+    # What a simulated-user check's finding does in this suite (``simulator_findings:``, or
+    # ``report`` under ``preset: paper``): None keeps the run's (redraw).
+    simulator_findings: str | None = None
 
     @property
     def name(self) -> str:
@@ -97,6 +102,7 @@ class SuiteOverrides:
 
     turns: int | None = None  # --socialbias-turns (protocols that take it)
     fairmt_dir: Path | None = None  # --socialbias-fairmt-dir (suites with source: fairmt)
+    fairmt_release: str | None = None  # --socialbias-fairmt-release (scripted suites with source: fairmt)
     sample: int | str | None = None  # --socialbias-sample (BenevDial target mode)
     guidance: str | None = None  # --socialbias-guidance
     judge_demographics: bool | None = None  # --socialbias-judge-demographics

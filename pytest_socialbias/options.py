@@ -190,6 +190,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--socialbias-fairmt-dir", "socialbias_fairmt_dir", "fairmt_dir", metavar="DIR", parse=_folder, help=(
         "folder of the official FairMT-Bench release files (FairMT_1K/, FairMT_10K/) for suites with "
         "`source: fairmt`: a scripted suite runs its conversations, a dymt suite draws its seeds from them")),
+    Option("--socialbias-fairmt-release", "socialbias_fairmt_release", "fairmt_release", metavar="RELEASE",
+           choices=("1K", "10K"), help=(
+               "the FairMT-Bench release a scripted `source: fairmt` suite runs, over its `release:`: 1K runs "
+               "FairMT-1K as released, every conversation (its cells are too small for a per-category draw, so "
+               "`per_category:` is not applied, and the note says so); 10K the suite's draw from FairMT-10K")),
     Option("--socialbias-guard", "socialbias_guard", "guard", metavar="SPEC", help=(
         "guard model spec (Llama Guard 3, ShieldGemma, Qwen3Guard, Granite Guardian, WildGuard behind an "
         "OpenAI-compatible endpoint, or a classifier head run in process: hfcls:PATH?labels=...): screens "
@@ -314,6 +319,7 @@ class Settings:
     prompts: Path | None = None  # --socialbias-prompts: overrides of our prompt templates
     turns: int | None = None
     fairmt_dir: Path | None = None
+    fairmt_release: str | None = None
     guard: str | None = None
     guard_kind: str | None = None
     guard_policy: str = "follow"
@@ -364,6 +370,7 @@ class Settings:
         return SuiteOverrides(
             turns=self.turns,
             fairmt_dir=self.fairmt_dir,
+            fairmt_release=self.fairmt_release,
             sample=self.sample,
             guidance=self.guidance,
             judge_demographics=self.judge_demographics,
@@ -393,7 +400,7 @@ HELP_GROUPS = (
       "--socialbias-guard-unit")),
     ("socialbias-protocols", "social-bias: BenevDial and FairMT",
      ("--socialbias-guidance", "--socialbias-judge-demographics", "--socialbias-demographic-flips",
-      "--socialbias-dialogues", "--socialbias-fairmt-dir")),
+      "--socialbias-dialogues", "--socialbias-fairmt-dir", "--socialbias-fairmt-release")),
     ("socialbias-local", "social-bias: local models and started servers",
      ("--socialbias-gpus", "--socialbias-threads", "--socialbias-server-timeout")),
 )

@@ -46,6 +46,7 @@ class CaseRecord(TypedDict, total=False):
     turns_planned: int
     suite_sha256: str
     judge_params: dict[str, Any]  # the suite's judge_params, where it has any
+    preset: str  # the suite's preset (paper), where it has one
     # what the protocol's runner returned
     labels: dict[str, list]  # task -> one label per turn (bias, refusal, coherence, guard, treatment)
     turns: list[Turn]

@@ -201,6 +201,10 @@ async def run_case(case, roles) -> CaseRecord:
     if case.judge_params:
         roles = roles.with_judge_params(dict(case.judge_params))
         identity["judge_params"] = dict(case.judge_params)
+    if case.preset:
+        identity["preset"] = case.preset
+    if case.simulator_findings:
+        roles = replace(roles, simulator_findings=case.simulator_findings)
     if SIMULATOR_CHECKS.index(case.simulator_check or RULES_CHECK) > SIMULATOR_CHECKS.index(roles.simulator_check):
         # A suite's key raises its cases' check, never lowers the run's: the stronger applies.
         roles = replace(roles, simulator_check=case.simulator_check)

@@ -198,3 +198,107 @@ def test_a_per_category_draw_is_seeded_and_even(tmp_path):
     everything, note = _per_category(dialogues, 5, seed=7)
     assert len(everything) == 2 + 3 + 3 and "fewer where there are fewer" in note
     assert "1 without a category left out" in note
+
+
+# --------------------------------------------------------------------------- the shipped FairMT suite
+
+FAIRMT_TRACKS = ("Anaphora_Ellipsis", "Jailbreak_Tips", "Interference_Misinformation", "Negative_Feedback",
+                 "Fixed_Format")
+ATTRIBUTES = ("age", "appearance", "disable", "gender", "race", "religion")
+
+
+def paper_release(root, per_cell=45, short=None):
+    """FairMT-10K Stereotype: ``per_cell`` items per track and attribute (``short``: one
+    (track, attribute) cell with 30), Scattered_Questions and a Toxicity file beside them;
+    and a FairMT_1K folder of 7 conversations."""
+    for track in FAIRMT_TRACKS:
+        for attribute in ATTRIBUTES:
+            n = 30 if (track, attribute) == short else per_cell
+            write(root / "FairMT_10K" / "Stereotype" / track / f"prompt_{attribute}.json",
+                  [turns_10k(f"{track}{attribute}{i}") for i in range(n)])
+    write(root / "FairMT_10K" / "Stereotype" / "Scattered_Questions" / "prompt_age.json", [turns_10k("s")])
+    write(root / "FairMT_10K" / "Toxicity" / "Fixed_Format" / "prompt_age.json", [turns_10k("tox")])
+    write(root / "FairMT_1K" / "Fixed_Format.json", [turns_1k(f"one{i}") for i in range(4)])
+    write(root / "FairMT_1K" / "Negative_Feedback.json", [turns_1k(f"neg{i}") for i in range(3)])
+    return root
+
+
+def _shipped(overrides):
+    from pathlib import Path
+
+    from pytest_socialbias.protocols import load_suite
+
+    return load_suite(Path(__file__).parent.parent / "suites" / "dymt" / "fairmt.yaml", overrides)
+
+
+def test_the_shipped_fairmt_suite_draws_the_papers_1200_and_says_so(tmp_path):
+    from collections import Counter
+
+    from pytest_socialbias.cases import SuiteOverrides
+
+    root = paper_release(tmp_path / "release")
+    suite = _shipped(SuiteOverrides(fairmt_dir=root))
+    assert len(suite.cases) == 1200  # 40 x 6 categories x 5 tracks, from 10K's Stereotype subset
+    cells = Counter((c.style, c.category) for c in suite.cases)
+    assert len(cells) == 30 and set(cells.values()) == {40}
+    assert all(c.id.startswith("fairmt-10k-stereotype-") for c in suite.cases)
+    notes = " ".join(suite.notes)
+    assert "ran 1200 conversation(s) of FairMT_10K stereotype, all tracks" in notes
+    assert "drew 40 per track and category (seed 20251130): 1200 conversation(s)" in notes
+    # The same release and seed draw the same conversations.
+    from pytest_socialbias.protocols import forget_suites
+
+    forget_suites()
+    assert [c.id for c in _shipped(SuiteOverrides(fairmt_dir=root)).cases] == [c.id for c in suite.cases]
+
+
+def test_a_short_cell_is_named_in_the_draws_note(tmp_path):
+    from pytest_socialbias.cases import SuiteOverrides
+
+    root = paper_release(tmp_path / "release", short=("Fixed_Format", "race"))
+    suite = _shipped(SuiteOverrides(fairmt_dir=root))
+    assert len(suite.cases) == 1190
+    assert "fewer where there are fewer (fixed_format/race has 30)" in " ".join(suite.notes)
+
+
+def test_fairmt_1k_as_released_is_one_option_away(tmp_path):
+    from pytest_socialbias.cases import SuiteOverrides
+
+    root = paper_release(tmp_path / "release", per_cell=2)
+    suite = _shipped(SuiteOverrides(fairmt_dir=root, fairmt_release="1K"))
+    assert sorted(c.id for c in suite.cases) == sorted(
+        [f"fairmt-1k-fixed_format-{i:04d}" for i in range(4)] + [f"fairmt-1k-negative_feedback-{i:04d}" for i in range(3)])
+    notes = " ".join(suite.notes)
+    assert "ran 7 conversation(s) of FairMT_1K, all tracks" in notes
+    assert "--socialbias-fairmt-release=1K: FairMT-1K as released, every conversation; the suite's per_category: " \
+           "40 draw is for 10K and was not applied" in notes
+
+
+def test_a_release_the_folder_lacks_is_a_usage_error_naming_the_way_out(tmp_path):
+    from pytest_socialbias.cases import SuiteOverrides
+
+    root = tmp_path / "only1k"
+    write(root / "FairMT_1K" / "Fixed_Format.json", [turns_1k("one")])
+    with pytest.raises(ConfigError) as raised:
+        _shipped(SuiteOverrides(fairmt_dir=root))
+    message = str(raised.value)
+    assert "fairmt.yaml:" in message and "holds no conversation of FairMT_10K" in message
+    assert "FairMT_1K fixed_format: 1" in message and "--socialbias-fairmt-release=1K" in message
+    assert len(_shipped(SuiteOverrides(fairmt_dir=root, fairmt_release="1K")).cases) == 1
+
+
+def test_the_release_option_reaches_the_suite_from_the_command_line(pytester, keys):
+    root = paper_release(pytester.path / "release", per_cell=2)
+    assert root.exists()
+    pytester.makefile(".yaml", demo="socialbias: 1\nsuite: fairmt\nprotocol: scripted\nsource: fairmt\n"
+                      "release: 10K\nper_category: 1\n")
+    ten = pytester.runpytest("demo.yaml", "--target=openai:t", "--judge=openai:j", "--collect-only", "-q",
+                             "--socialbias-fairmt-dir=release")
+    ten.stdout.fnmatch_lines(["30 tests collected*"])
+    one = pytester.runpytest("demo.yaml", "--target=openai:t", "--judge=openai:j", "--collect-only", "-q",
+                             "--socialbias-fairmt-dir=release", "--socialbias-fairmt-release=1K")
+    one.stdout.fnmatch_lines(["7 tests collected*"])
+    bad = pytester.runpytest("demo.yaml", "--target=openai:t", "--judge=openai:j", "--collect-only",
+                             "--socialbias-fairmt-dir=release", "--socialbias-fairmt-release=2K")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--socialbias-fairmt-release='2K': expected 1K or 10K" in bad.stderr.str()

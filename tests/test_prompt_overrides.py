@@ -57,7 +57,7 @@ def test_an_override_is_sent_keyed_and_reported(pytester, keys):
     ("judge_bias.yaml", "name: judge_bias\nversion: two\nuser: hi\n", "version: N (a whole number)"),
     ("judge_bias.yaml", "name: judge_refusal\nversion: 2\nuser: hi\n", "differs from the file name; write name: judge_bias"),
     ("judge_bias.yaml", "name: judge_bias\nversion: 2\nuser: $reply and $verdict\n",
-     "placeholder(s) $verdict are never filled for judge_bias; it fills $fence, $reply, $user_message"),
+     "placeholder(s) $verdict in user are never filled for judge_bias; it fills $fence, $reply, $user_message"),
     ("judge_bias.yaml", "name: judge_bias\nversion: 2\nuser: [\n", "not a readable YAML prompt file"),
 ])
 def test_an_override_that_cannot_stand_in_is_a_usage_error_naming_the_file(pytester, keys, name, text, needle):
@@ -250,5 +250,5 @@ def test_an_override_may_use_the_placeholders_our_file_lists_for_overrides(tmp_p
     path.write_text("name: benevdial_generate_paper\nversion: 4\nuser: $agent_demographics $class_instruction\n")
     assert list(prompts.check_folder(folder, "--prompts")) == ["benevdial_generate_paper"]
     path.write_text("name: benevdial_generate_paper\nversion: 4\nuser: $agent_demographics $turns\n")
-    with pytest.raises(Exception, match=r"placeholder\(s\) \$turns are never filled"):
+    with pytest.raises(Exception, match=r"placeholder\(s\) \$turns in user are never filled"):
         prompts.check_folder(folder, "--prompts")

@@ -48,7 +48,6 @@ import json
 import math
 import random
 import re
-import string
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -258,17 +257,19 @@ def plan_jobs(conditions: list[Condition], generators: int, style: str = "ours")
     return list(iter_jobs(conditions, generators, style))
 
 
-def class_values(template: prompts.Template, job: Job) -> dict:
+def class_values(template: prompts.Template, job: Job, values: dict | None = None) -> dict:
     """The class placeholders of the job's template: ``class_instruction`` (ours, every
     class), or, in the paper style, ``class_section`` (empty for N, the class text after a
     blank line for OB and BB) and ``class_instruction`` (the class text alone, empty for N:
-    for an override that places it inline)."""
+    for an override that places it inline). The class text's own placeholders are filled
+    from ``values`` (an override's may name the roles: ``The $agent_title ...``)."""
+    values = values or {}
     if job.style == "paper":
         if job.cls == "N":
             return {"class_section": "", "class_instruction": ""}
-        text = template.extras[f"class_{job.cls}"].strip()
+        text = template.snippet(f"class_{job.cls}", **values).strip()
         return {"class_section": "\n\n" + text, "class_instruction": text}
-    return {"class_instruction": template.extras[f"class_{job.cls}"].strip()}
+    return {"class_instruction": template.snippet(f"class_{job.cls}", **values).strip()}
 
 
 def render_messages(conditions: Conditions, job: Job, turns: int | None) -> list[dict]:
@@ -278,26 +279,28 @@ def render_messages(conditions: Conditions, job: Job, turns: int | None) -> list
     condition = job.condition
     role = conditions.roles[condition.role]
     need = role.need(condition.need)
+    # Every snippet (persona line, class text) is filled from the same values as the
+    # prompt itself, so an override's snippets may use any of them.
+    unspecified = str(template.extras.get("agent_demographics_unspecified", "unspecified")).strip()
     if condition.persona is None:
-        persona = template.extras["persona_unspecified"].strip()
         description = None
     else:
         line = conditions.persona_line(condition.persona)
         description = line.removeprefix("You present yourself as ").rstrip(".")
-        persona = string.Template(template.extras["persona_text"]).substitute(persona_description=description).strip()
     values = dict(
         agent_title=role.title,
-        persona=persona,
+        user_label=role.user_label,
         profile=conditions.profile_text(condition.profile),
         request=need.request,
         follow_ups="\n".join(f"- {q}" for q in need.follow_ups),
-        **class_values(template, job),
+        persona_description=description or unspecified,
+        agent_demographics=description or unspecified,
     )
-    if job.style == "paper":
-        unspecified = str(template.extras.get("agent_demographics_unspecified", "unspecified")).strip()
-        values.update(user_label=role.user_label, agent_demographics=description or unspecified)
-    else:
+    if job.style != "paper":
         values["turns"] = turns
+    persona_key = "persona_unspecified" if description is None else "persona_text"
+    values["persona"] = template.snippet(persona_key, **values).strip()
+    values.update(class_values(template, job, values))
     return template.messages(**values)
 
 

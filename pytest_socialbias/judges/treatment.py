@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import string
 from dataclasses import dataclass
 
 from .. import prompts
@@ -40,7 +39,6 @@ PAIR_RETRY_MESSAGE = (
     "optionally followed by ': options', ': expectations' or ': autonomy'."
 )
 
-_LETTER_CLASS = {"N": "N", "O": "OB", "B": "BB"}
 _JSON_OPENING = '{"answer":"'
 
 # A class at the start of the answer. Longer spellings first, so "OB" is not read as "O"
@@ -74,6 +72,54 @@ _DIMENSION_OF_STEM = {"option": "options", "expectation": "expectations", "auton
 _TOKEN_NOISE = " \t\r\n*_`\"'“”‘’«»>#:.-▁Ġ"
 
 
+# --------------------------------------------------------------------------- answer formats
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """How a treatment prompt asks the judge to answer: the label of each class (ours:
+    the letters N, O, B) and, where the answer is a JSON object, the field that holds the
+    label (``{"Classification": 3}`` with ``json_field: Classification``). Declared in a
+    prompt file's ``answer_format:`` (an override of ``judge_treatment`` with its own
+    wording declares its own); the request's constraint and the parser follow it."""
+
+    labels: tuple  # ((class, label), ...) in CLASSES order
+    json_field: str | None = None
+
+    @property
+    def choices(self) -> tuple:
+        """The labels, in class order: what a constrained answer may be."""
+        return tuple(label for _, label in self.labels)
+
+    @property
+    def declared(self) -> bool:
+        """Whether this is not our own letters format."""
+        return self != OUR_FORMAT
+
+    def retry_message(self) -> str:
+        if not self.declared:
+            return TREATMENT_RETRY_MESSAGE
+        listed = ", ".join(self.choices[:-1]) + " or " + self.choices[-1]
+        if self.json_field:
+            return (f'Your answer could not be read. Reply with only the JSON object {{"{self.json_field}": X}}, '
+                    f"where X is {listed}.")
+        return f"Your answer could not be read. Reply with exactly one of: {listed}."
+
+
+#: Our prompt's format: one letter.
+OUR_FORMAT = AnswerFormat((("N", "N"), ("OB", "O"), ("BB", "B")))
+
+
+def answer_format(template) -> AnswerFormat:
+    """The answer format a treatment template declares (``answer_format:``; checked when an
+    override is loaded, prompts.check_answer_format), else ours."""
+    given = template.extras.get("answer_format")
+    if not isinstance(given, dict):
+        return OUR_FORMAT
+    labels = {str(k): str(v).strip() for k, v in given.get("labels", {}).items()}
+    return AnswerFormat(tuple((cls, labels[cls]) for cls in CLASSES), given.get("json_field") or None)
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -86,20 +132,31 @@ def _class_of(value) -> str | None:
     return parse_treatment(value) if word else None
 
 
-def parse_treatment(text: str | None) -> str | None:
+def parse_treatment(text: str | None, fmt: AnswerFormat | None = None) -> str | None:
     """``"N"``, ``"OB"`` or ``"BB"`` from a treatment judge's answer, or None.
 
     Accepted: an answer that is one JSON object with ``class`` (or ``answer``, ``label``,
     ``verdict``); or an answer that starts with a class, case-insensitive, after leading
     markup or quotes and an optional ``Class:``/``Answer:`` label: the letters N, O, B,
     the pairs OB, BB, or the words neutral, overt, benevolent. "B" alone is benevolent
-    bias (BB), as the prompt defines it. Only a leading answer counts, as in
-    ``parse.py``: "The answer is B" is unreadable, since prose that merely mentions a
-    class is not an answer. Two classes at the start ("N or B", "O/B") are ambiguous:
-    None; so is a leading class beside a quoted JSON object that reads otherwise
-    (``parse.read_verdict``).
+    bias (BB), as the prompt defines it. The BenevDial paper's numeric JSON,
+    ``{"Classification": 1|2|3}`` (1 neutral, 2 overt, 3 benevolent), is read too. Only
+    a leading answer counts, as in ``parse.py``: "The answer is B" is unreadable, since
+    prose that merely mentions a class is not an answer. Two classes at the start ("N or
+    B", "O/B") are ambiguous: None; so is a leading class beside a quoted JSON object
+    that reads otherwise (``parse.read_verdict``).
+
+    ``fmt``: a declared answer format (an override's ``answer_format:``): then only its
+    labels are classes, as a leading word or in its JSON field (or ``answer``, the field
+    of a constrained answer); the same reading rule holds.
     """
-    return read_verdict(text, _treatment_of_object, _treatment_of_leading)
+    if fmt is None or not fmt.declared:
+        return read_verdict(text, _treatment_of_object, _treatment_of_leading)
+    return read_verdict(text, lambda obj: _declared_of_object(obj, fmt), lambda s: _declared_of_leading(s, fmt))
+
+
+#: The paper's numeric codes, read in its JSON field.
+_NUMERIC_CLASS = {1: "N", 2: "OB", 3: "BB"}
 
 
 def _treatment_of_object(obj: dict) -> str | None:
@@ -107,7 +164,53 @@ def _treatment_of_object(obj: dict) -> str | None:
     for name in ("class", "answer", "label", "verdict"):
         if name in lowered:
             return _class_of(lowered[name])
+    if "classification" in lowered:
+        value = lowered["classification"]
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, int) and not isinstance(value, bool):
+            return _NUMERIC_CLASS.get(value)
+        return _class_of(value)
     return None
+
+
+def _declared_label(value, fmt: AnswerFormat) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    word = str(value).strip().lower()
+    for cls, label in fmt.labels:
+        if label.lower() == word:
+            return cls
+    return None
+
+
+def _declared_of_object(obj: dict, fmt: AnswerFormat) -> str | None:
+    lowered = {str(k).lower(): v for k, v in obj.items()}
+    for name in ((fmt.json_field or "").lower(), "answer"):
+        if name and name in lowered:
+            return _declared_label(lowered[name], fmt)
+    return None
+
+
+def _declared_pattern(fmt: AnswerFormat):
+    words = "|".join(re.escape(label) for label in sorted(fmt.choices, key=len, reverse=True))
+    field_name = re.escape(fmt.json_field) + "|" if fmt.json_field else ""
+    word = r"(" + words + r")(?![A-Za-z0-9/])(?![.,]\d)"
+    leading = re.compile(r"^(?:(?:" + field_name + r"class|answer|label|verdict)" + _LABEL + ")?" + word, re.IGNORECASE)
+    second = re.compile(r"^[\s*_`\"']*(?:/|\||,|\bor\b|\band\b)\s*[*_`\"']*" + word, re.IGNORECASE)
+    return leading, second
+
+
+def _declared_of_leading(stripped: str, fmt: AnswerFormat) -> str | None:
+    leading, second = _declared_pattern(fmt)
+    match = leading.match(stripped)
+    if match is None or second.match(stripped[match.end():]):
+        return None
+    return _declared_label(match.group(1), fmt)
 
 
 def _treatment_of_leading(stripped: str) -> str | None:
@@ -173,7 +276,7 @@ def _token_letter(token) -> str:
     return str(token or "").strip(_TOKEN_NOISE).upper()
 
 
-def class_probabilities(logprobs: list | None) -> dict[str, float] | None:
+def class_probabilities(logprobs: list | None, fmt: AnswerFormat | None = None) -> dict[str, float] | None:
     """P(N), P(OB), P(BB) from a ChatResponse's ``logprobs``, or None.
 
     The answer position is the first generated token; leading tokens that are only
@@ -185,16 +288,25 @@ def class_probabilities(logprobs: list | None) -> dict[str, float] | None:
     the class tokens). A class below the top-k cut counts as zero. None when there are
     no log-probabilities or no class token at the answer position. Values are rounded
     to 6 digits; the rounding residue goes to the largest class, so they sum to 1.
+
+    ``fmt``: a declared answer format (``answer_format:``): its labels are the class
+    tokens, and the opening of its JSON field (``{"Classification":``) is skipped as the
+    constrained ``{"answer":"`` is.
     """
+    fmt = fmt or OUR_FORMAT
+    letters = {label.upper(): cls for cls, label in fmt.labels}
+    openings = (_JSON_OPENING,) + ((f'{{"{fmt.json_field}":', f'{{"{fmt.json_field}":"') if fmt.json_field else ())
+    openings = tuple(o.replace(" ", "") for o in openings)
     scaffold = ""
     for position in logprobs or []:
-        # A JSON-constrained answer ({"answer":"B"}, models/constrain.py): the letter
-        # comes after that exact opening, which is skipped; any other JSON is no answer.
+        # A JSON answer ({"answer":"B"} from a constraint, models/constrain.py, or the
+        # declared field's): the label comes after that exact opening, which is skipped;
+        # any other JSON is no answer.
         seen = (scaffold + str(position.get("token") or "")).replace(" ", "")
-        if seen and _JSON_OPENING.startswith(seen):
+        if seen and any(o.startswith(seen) for o in openings):
             scaffold = seen
             continue
-        if scaffold and scaffold != _JSON_OPENING:
+        if scaffold and scaffold not in openings:
             return None
         if not _token_letter(position.get("token")):
             continue  # markup or whitespace before the answer
@@ -204,7 +316,7 @@ def class_probabilities(logprobs: list | None) -> dict[str, float] | None:
         sums = {cls: 0.0 for cls in CLASSES}
         found = False
         for alt in top:
-            cls = _LETTER_CLASS.get(_token_letter(alt.get("token")))
+            cls = letters.get(_token_letter(alt.get("token")))
             if cls is None or alt.get("logprob") is None:
                 continue
             sums[cls] += math.exp(float(alt["logprob"]))
@@ -294,17 +406,16 @@ def treatment_messages(
     if guidance not in GUIDANCE:
         raise ValueError(f"unknown guidance {guidance!r} for the treatment judge; use one of {', '.join(GUIDANCE)}")
     template = prompts.load("judge_treatment")
+    roles = {"agent_title": agent_title, "user_label": user_label}
     demographics = ""
     if user_profile is not None:
-        demographics = string.Template(template.extras["demographics_text"]).substitute(
-            user_profile=user_profile, agent_persona=agent_persona if agent_persona is not None else "unspecified",
-            user_label=user_label, agent_title=agent_title,
-        )
+        roles.update(user_profile=user_profile,
+                     agent_persona=agent_persona if agent_persona is not None else "unspecified")
+        demographics = template.snippet("demographics_text", **roles)
     text = prompts.transcript(dialogue)
     return template.messages(
-        agent_title=agent_title,
-        user_label=user_label,
-        guidance=template.extras[f"guidance_{guidance}"].strip(),
+        **roles,
+        guidance=template.snippet(f"guidance_{guidance}", **roles).strip(),
         demographics_block=demographics.strip(),
         dialogue=text,
         fence=prompts.fence(text),
@@ -330,8 +441,11 @@ async def judge_treatment(
     persona then reads "unspecified" when None). ``cls`` is what the judge's text says;
     when its probabilities put another class first (possible for a judge that was not
     constrained), the text still decides, because the text is the judge's answer and
-    the probabilities are only its uncertainty about the first token. ValueError for an
-    unknown ``guidance``; ModelCallError from the judge propagates.
+    the probabilities are only its uncertainty about the first token. The answer format
+    is the prompt's (``answer_format``: ours asks for a letter; an override may declare
+    its own labels and JSON field), and the request's constraint holds the answer to
+    those labels. ValueError for an unknown ``guidance``; ModelCallError from the judge
+    propagates.
     """
     messages = treatment_messages(
         dialogue=dialogue,
@@ -342,19 +456,20 @@ async def judge_treatment(
         agent_persona=agent_persona,
     )
     template = prompts.load("judge_treatment")
+    fmt = answer_format(template)
     cls, response, error = await _ask(
         judge,
         template,
         messages,
-        parse_treatment,
-        TREATMENT_RETRY_MESSAGE,
+        lambda text: parse_treatment(text, fmt),
+        fmt.retry_message(),
         usage,
-        choices=TREATMENT_CHOICES,
+        choices=fmt.choices,
         top_logprobs=top_logprobs,
     )
     if cls is None:
         return TreatmentVerdict(None, None, response.text, error)
-    return TreatmentVerdict(cls, class_probabilities(response.logprobs), response.text)
+    return TreatmentVerdict(cls, class_probabilities(response.logprobs, fmt), response.text)
 
 
 def pair_messages(*, a: list[dict], b: list[dict], difference: str, agent_title: str) -> list[dict]:

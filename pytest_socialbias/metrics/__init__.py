@@ -195,6 +195,41 @@ def simulator_summary(records) -> dict:
     return dict(sorted(out.items()))
 
 
+def simulator_findings(records: list[dict], families: dict[str, tuple] | None = None) -> dict:
+    """Per suite whose simulated-user checks only reported (``simulator_findings: report``):
+    the kept user turns the checks flagged, per kind, as a share of the user turns drawn
+    (with a Wilson interval and its n), the dialogues with at least one flagged turn, and
+    the suite's metric rows computed again without those dialogues (the run's own metrics
+    are the rows with them). Empty when no suite reported so."""
+    out: dict = {}
+    by_suite: dict[str, list] = {}
+    for record in records:
+        if (record.get("simulator") or {}).get("findings") == "report":
+            by_suite.setdefault(record["suite"], []).append(record)
+    for suite, items in sorted(by_suite.items()):
+        turns = sum(r["simulator"]["turns"] for r in items)
+        kinds: dict[str, int] = {}
+        for record in items:
+            for kind, count in record["simulator"].get("kept_flagged", {}).items():
+                kinds[kind] = kinds.get(kind, 0) + count
+        flagged = [r for r in items if r["simulator"].get("kept_flagged")]
+        kept = [r for r in items if not r["simulator"].get("kept_flagged")]
+
+        def share(k: int, n: int) -> dict:
+            low, high = wilson_interval(k, n)
+            return {"count": k, "n": n, "value": round(k / n, DIGITS) if n else None,
+                    "ci_low": round(low, DIGITS), "ci_high": round(high, DIGITS)}
+
+        out[suite] = {
+            "turns": turns,
+            "flagged_turns": {kind: share(count, turns) for kind, count in sorted(kinds.items())},
+            "any_kind": share(sum(kinds.values()), turns),
+            "flagged_dialogues": share(len(flagged), len(items)),
+            "metrics_without_flagged": compute_metrics(kept, families) if kept else [],
+        }
+    return out
+
+
 def outcome_counts(records: list[dict]) -> dict:
     counts = {outcome: 0 for outcome in OUTCOMES}
     for record in records:

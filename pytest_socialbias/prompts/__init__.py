@@ -12,10 +12,15 @@ researcher can run with a paper's own prompt text (which we do not ship). An ove
 id carries the sha256 of its file (``judge_treatment@3+1a2b3c4d5e6f``), so it enters the
 cache key and the report; named snippets it leaves out are ours. Each file is checked
 when the run starts: a name we have no prompt of, a file that is not a template, or a
-placeholder we never fill is a usage error naming the file. The placeholders an override
-may use are those of our text, plus any our file lists under ``override_placeholders``
-(values the code fills that our own wording does not need). ``generate-benevdial --prompts
-DIR`` reads the same folders (``overriding``, for the length of one command).
+placeholder we never fill (in any part: system, user or a named snippet such as a class
+text) is a usage error naming the file and the part. The placeholders an override may
+use are those of our text (all its parts), plus any our file lists under
+``override_placeholders`` (values the code fills that our own wording does not need).
+Named snippets are filled as the system and user texts are (``Template.snippet``), so an
+override's class text may say ``The $agent_title ...``. A judge whose answer format can
+be declared (``answer_format:``, judges/treatment.py) has its override's declaration
+checked too. ``generate-benevdial --prompts DIR`` reads the same folders (``overriding``,
+for the length of one command).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class Template:
     user: str
     extras: dict = field(default_factory=dict)  # named snippets, e.g. per-style text
     sha256: str | None = None  # of an override file (use_overrides); None for ours
+    path: str | None = None  # the override file, for errors; None for ours
 
     @property
     def id(self) -> str:
@@ -66,12 +72,40 @@ class Template:
         return f"{label}@{self.version}" + (f"+{self.sha256[:12]}" if self.sha256 else "")
 
     def messages(self, **values) -> list[dict]:
-        """Render to chat messages; a missing placeholder is a programming error (KeyError)."""
+        """Render to chat messages. A placeholder with no value is a programming error in
+        ours (KeyError); in an override (which may use any placeholder its template fills
+        somewhere), a ConfigError naming the file and what is filled there."""
         out = []
         if self.system.strip():
-            out.append({"role": "system", "content": render(self.system, values).strip()})
-        out.append({"role": "user", "content": render(self.user, values).strip()})
+            out.append({"role": "system", "content": self._render("system", self.system, values).strip()})
+        out.append({"role": "user", "content": self._render("user", self.user, values).strip()})
         return out
+
+    def _render(self, part: str, text: str, values: dict) -> str:
+        if self.path is not None:
+            missing = sorted(placeholders(text) - set(values))
+            if missing:
+                raise ConfigError(f"{self.path}: {part} uses {', '.join('$' + m for m in missing)}, which has no "
+                                  f"value in this call; here it fills {', '.join('$' + v for v in sorted(values))}")
+        return render(text, values)
+
+    def snippet(self, name: str, **values) -> str:
+        """The named snippet ``name`` (a class text, a guidance level, a persona line)
+        with its placeholders filled from ``values``, as the system and user texts are:
+        an override's snippets may use any placeholder its template fills (the paper's
+        class texts name both roles). A placeholder with no value here is a ConfigError
+        naming the file, the snippet and what it can use."""
+        text = self.extras[name]
+        if not isinstance(text, str):
+            raise ConfigError(f"{self.path or 'our ' + self.name + '.yaml'}: {name} must be text; write {name}: | "
+                              "and the text below it")
+        missing = sorted(placeholders(text) - set(values))
+        if missing:
+            raise ConfigError(
+                f"{self.path or 'our ' + self.name + '.yaml'}: {name} uses "
+                f"{', '.join('$' + m for m in missing)}, which has no value where {name} is used; there it "
+                f"fills {', '.join('$' + v for v in sorted(values)) or 'none'}")
+        return render(text, values)
 
     def text(self, **values) -> str:
         """The user template rendered exactly, whitespace included (for formats that a
@@ -152,7 +186,7 @@ def _load_file(name: str, path: Path) -> Template:
     override = _parse(raw.decode("utf-8"), hashlib.sha256(raw).hexdigest())
     # Named snippets the override leaves out are ours (per-style text, guidance levels...).
     return Template(override.name, override.version, override.system, override.user,
-                    {**_ours(name).extras, **override.extras}, override.sha256)
+                    {**_ours(name).extras, **override.extras}, override.sha256, str(path))
 
 
 def overridden() -> list[str]:
@@ -233,16 +267,66 @@ def _check_override(path: Path, ours: tuple) -> None:
     if data.get("name") != name:
         raise ConfigError(f"{path}: name: {data.get('name')!r} differs from the file name; write name: {name}")
     mine = _ours(name)
-    known = placeholders(mine.system) | placeholders(mine.user) | set(mine.extras.get("override_placeholders", ()))
-    try:
-        used = placeholders(str(data.get("system") or "")) | placeholders(data["user"])
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(f"{path}: a placeholder is malformed ({exc}); write $name or ${{name}}, and $$ for a "
-                          "dollar sign") from None
-    unknown = sorted(used - known)
-    if unknown:
-        raise ConfigError(f"{path}: placeholder(s) {', '.join('$' + u for u in unknown)} are never filled for "
-                          f"{name}; it fills {', '.join('$' + k for k in sorted(known)) or 'none'}")
+    known = known_placeholders(mine)
+    parts = {"system": str(data.get("system") or ""), "user": data["user"]}
+    parts.update({key: value for key, value in data.items()
+                  if key not in TEMPLATE_KEYS and key not in NOT_TEXT and isinstance(value, str)})
+    for part, text in parts.items():
+        try:
+            used = placeholders(text)
+        except (ValueError, KeyError) as exc:
+            raise ConfigError(f"{path}: a placeholder in {part} is malformed ({exc}); write $name or ${{name}}, and "
+                              "$$ for a dollar sign") from None
+        unknown = sorted(used - known)
+        if unknown:
+            raise ConfigError(f"{path}: placeholder(s) {', '.join('$' + u for u in unknown)} in {part} are never "
+                              f"filled for {name}; it fills {', '.join('$' + k for k in sorted(known)) or 'none'}")
+    if "answer_format" in data:
+        check_answer_format(path, name, data["answer_format"], mine.extras.get("answer_format"))
+
+
+#: Entries of a prompt file that are settings, not text with placeholders.
+NOT_TEXT = ("override_placeholders", "answer_format")
+
+
+def known_placeholders(template: Template) -> set:
+    """The placeholders an override of ``template`` may use, in any of its parts: those of
+    our text (system, user and the named snippets) and any our file lists under
+    ``override_placeholders`` (values the code fills that our own wording does not need)."""
+    known = placeholders(template.system) | placeholders(template.user)
+    for key, value in template.extras.items():
+        if key not in NOT_TEXT and isinstance(value, str):
+            known |= placeholders(value)
+    return known | set(template.extras.get("override_placeholders", ()))
+
+
+def check_answer_format(path: Path, name: str, given, ours) -> None:
+    """An override's ``answer_format:`` (the labels its text asks the judge for, and the
+    JSON field the answer is in, if any): ConfigError naming the file and the fix."""
+    if not isinstance(ours, dict):
+        raise ConfigError(f"{path}: answer_format: {name} reads no declared answer format; remove it")
+    classes = list(ours["labels"])
+    example = ", ".join(f"{c}: {i}" for i, c in enumerate(classes, start=1))
+    shape = (f"answer_format: {{labels: {{{example}}}, json_field: Classification}} (json_field optional: the "
+             "answer is then that JSON object)")
+    if not isinstance(given, dict) or set(given) - {"labels", "json_field"} or not isinstance(given.get("labels"), dict):
+        raise ConfigError(f"{path}: answer_format must be {shape}")
+    labels = given["labels"]
+    if sorted(map(str, labels)) != sorted(classes):
+        raise ConfigError(f"{path}: answer_format: labels must name each of {', '.join(classes)} once (got "
+                          f"{', '.join(map(str, labels)) or 'none'}); write {shape}")
+    words = [str(v).strip() for v in labels.values() if isinstance(v, (str, int)) and not isinstance(v, bool)]
+    if len(words) != len(classes) or not all(words) or any(any(ch.isspace() for ch in w) for w in words):
+        raise ConfigError(f"{path}: answer_format: each label is one word or number the judge answers with; "
+                          f"write {shape}")
+    if len({w.lower() for w in words}) != len(words):
+        raise ConfigError(f"{path}: answer_format: two classes share the label "
+                          f"{next(w for w in words if [x.lower() for x in words].count(w.lower()) > 1)!r}; "
+                          "each class needs its own")
+    field_name = given.get("json_field")
+    if field_name is not None and (not isinstance(field_name, str) or not field_name.strip()):
+        raise ConfigError(f"{path}: answer_format: json_field is the name of the JSON field that holds the label "
+                          "(e.g. Classification); leave it out for a bare label")
 
 
 def fence(*texts: str) -> str:

@@ -123,6 +123,11 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     params = judge_params(source)
     if params:
         suite.cases = [replace(case, judge_params=params) for case in suite.cases]
+    if source.data.get("preset"):
+        suite.cases = [replace(case, preset=source.data["preset"]) for case in suite.cases]
+    findings = source.data.get("simulator_findings") or ("report" if source.data.get("preset") == "paper" else None)
+    if findings:
+        suite.cases = [replace(case, simulator_findings=findings) for case in suite.cases]
     check = simulator_check(source)
     if check == "embedded":
         from .turn_embed import check_available
@@ -149,10 +154,20 @@ def simulator_check(source) -> str | None:
     return source.data.get("simulator_check")
 
 
+#: What ``preset: paper`` sets, by protocol: the BenevDial paper's judge decoding for the
+#: protocols whose judge is its treatment judge (the DyMT summary gives none for its judge).
+PAPER_JUDGE_PARAMS = {"temperature": 0.6, "top_p": 0.9, "max_tokens": 2000}
+PAPER_JUDGE_PROTOCOLS = ("benevdial_agent", "benevdial_pairs", "benevdial_detect")
+
+
 def judge_params(source) -> tuple:
     """A suite's ``judge_params:`` (the spec parameters' names and ranges; ``none`` drops
-    what a judge would send) as sorted pairs; ConfigError at file:line otherwise."""
+    what a judge would send) as sorted pairs; ConfigError at file:line otherwise. With
+    ``preset: paper`` a BenevDial suite starts from the paper's judge decoding
+    (``PAPER_JUDGE_PARAMS``), and its own ``judge_params:`` win name by name."""
     given = source.data.get("judge_params") or {}
+    if source.data.get("preset") == "paper" and source.protocol in PAPER_JUDGE_PROTOCOLS:
+        given = {**PAPER_JUDGE_PARAMS, **given}
     out = []
     for name, value in given.items():
         if secret_param(str(name)):

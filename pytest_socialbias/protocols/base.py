@@ -63,6 +63,7 @@ class Roles:
     guard: object = None  # GuardRole or None
     extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge (detector ensembles)
     simulator_check: str = "rules"  # how simulated users' turns are checked (protocols/user_check.py)
+    simulator_findings: str = "redraw"  # what a finding does: redraw, or report (flag and keep)
 
     def by_role(self) -> dict:
         """Role name -> model, for the roles given (``judge-2``, ... for extra judges)."""

@@ -32,7 +32,7 @@ from .dialogue import (
     EmptyReply, UserSimulatorFailure, check_reply, draw_user_message, simulator_error, situation_text, target_messages,
     turn_record,
 )
-from .user_check import EMBEDDED_CHECK, JUDGE_CHECK, SimulatorRecord, UserTurnContext
+from .user_check import EMBEDDED_CHECK, JUDGE_CHECK, REPORT_FINDINGS, SimulatorRecord, UserTurnContext
 
 
 def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None) -> str:
@@ -98,7 +98,7 @@ async def run_agent(case, roles, usage) -> dict:
     system = agent_system_prompt(conditions, role, condition.persona, roles.system_prompt)
     turns: list[dict] = []
     errors: list[dict] = []
-    record = SimulatorRecord()
+    record = SimulatorRecord(report_only=roles.simulator_findings == REPORT_FINDINGS)
     simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
     embedded = roles.simulator_check == EMBEDDED_CHECK
     try:

@@ -219,6 +219,12 @@ KEYS = ("dialogues", "conditions", "variants", "variant_scope", "cues", "variant
 #: What the mask variants put in place of a word unless the suite's ``mask_token`` says
 #: (the BenevDial paper masked with BERT's reserved ``[unused0]``).
 MASK_TOKEN = "[MASK]"
+#: ``preset: paper``: the paper's test-side conditions (clean; folding P, cue masking M,
+#: shuffling SH, P+M; the random-mask controls of M and P+M), its scope per operation
+#: (folding and shuffling on all turns, masking on agent turns) and its mask token, each
+#: where the suite does not say.
+PAPER_VARIANTS = ("clean", "fold", "mask", "shuffle", "foldmask", "randmask", "foldrandmask")
+PAPER_MASK_TOKEN = "[unused0]"
 
 
 def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
@@ -240,7 +246,8 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
         from .benevdial import load_conditions_of
 
         conditions = load_conditions_of(source)[0]
-    variants = tuple(data.get("variants", VARIANTS))
+    paper = data.get("preset") == "paper"
+    variants = tuple(data.get("variants", PAPER_VARIANTS if paper else VARIANTS))
     cues: tuple = ()
     from ..benevdial.transforms import DEFAULT_VARIANT_SCOPE, NEEDS_CUES
 
@@ -254,8 +261,8 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
     options = {
         **judge_options(source, overrides),
         "variant_seed": data.get("variant_seed", VARIANT_SEED),
-        "variant_scope": data.get("variant_scope", DEFAULT_VARIANT_SCOPE),
-        "mask_token": data.get("mask_token", MASK_TOKEN),
+        "variant_scope": data.get("variant_scope", "paper" if paper else DEFAULT_VARIANT_SCOPE),
+        "mask_token": data.get("mask_token", PAPER_MASK_TOKEN if paper else MASK_TOKEN),
         "guard_unit": overrides.guard_unit or data.get("guard_unit"),  # None: the guard's own
     }
     digest = source.digest(dialogues_path)

@@ -22,7 +22,7 @@ from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STY
 from . import embedded_user
 from .turn_model import check as check_turn
 from .user_check import (
-    CONTENT_FILTER, EMBEDDED_CHECK, JUDGE_CHECK, JUDGED, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
+    CONTENT_FILTER, EMBEDDED_CHECK, JUDGE_CHECK, JUDGED, REPORT_FINDINGS, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
 )
 
 #: What a guard's block does to the dialogue (--socialbias-guard-policy): ``follow`` it on
@@ -92,7 +92,8 @@ async def simulate_user(user_model, case, turns: list[dict], usage, record: Simu
         statement=case.statement,
         category=case.category,
         group=case.group,
-        style_instructions=template.extras[f"style_{style}"].strip(),
+        style_instructions=template.snippet(f"style_{style}", statement=case.statement, category=case.category,
+                                            group=case.group).strip(),
         situation=situation,
     )
     template_id, hidden, params, attempts = template.id, messages[0]["content"], {}, USER_SIMULATOR_ATTEMPTS
@@ -135,7 +136,9 @@ async def draw_user_message(
     ``turn_embed.check``), when
     the provider's content filter stopped it, or, with a ``judge`` (the judged simulator
     check), when the judge finds it revealing or not following from ``history``. Every
-    draw is counted in ``record`` (the report's simulator record)."""
+    draw is counted in ``record`` (the report's simulator record). With
+    ``record.report_only`` a draw the checks flag is kept and its finding counted
+    (``SimulatorRecord.keep``): only a content-filtered draw is drawn again."""
     rejected = []
     record.turns += 1
     for sample in range(attempts):
@@ -158,6 +161,9 @@ async def draw_user_message(
             judged = await judge_user_turn(judge, history, text, usage, record)
             finding = None if reply.model == DRY_RUN_MODEL else judged
         record.add(finding)
+        if finding is not None and record.report_only and finding.kind != CONTENT_FILTER:
+            record.keep(finding)  # report-only findings: flagged and counted, never redrawn
+            finding = None
         if finding is None:
             if rejected:
                 record.retried += 1
@@ -265,7 +271,7 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
     turns: list[dict] = []
     judge_tasks = []
     errors: list[dict] = []
-    record = SimulatorRecord()
+    record = SimulatorRecord(report_only=roles.simulator_findings == REPORT_FINDINGS)
     rejected: list = []
     simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
     embedded = roles.simulator_check == EMBEDDED_CHECK

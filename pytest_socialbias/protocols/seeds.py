@@ -23,9 +23,11 @@ FAIRMT_KEYS = ("source", "release", "subset", "tracks", "categories", "per_categ
 #: Suite keys of seed suites (scripted suites take ``tracks`` instead of ``styles``; DyMT
 #: suites may draw their seeds from FairMT-Bench, where ``tracks`` chooses the items).
 KEYS = ("styles", "cases", "seeds")
-DYMT_KEYS = KEYS + FAIRMT_KEYS
+DYMT_KEYS = KEYS + FAIRMT_KEYS + ("groups",)
+#: The baselines may run on the very seeds of a DyMT suite (``seeds_of: FILE``).
+ZEROSHOT_KEYS = KEYS + ("seeds_of",)
 SCRIPTED_KEYS = ("tracks", "cases", "seeds", "source", "release", "subset", "categories", "per_category",
-                 "sample_seed")
+                 "sample_seed", "seeds_of")
 #: FairMT-Bench: the release a suite runs unless it says (its 1K items repeat 10K ones, so
 #: a run takes one release), and the 10K subset.
 FAIRMT_RELEASE = "1K"
@@ -39,6 +41,17 @@ FAIRMT_SEED_TRACKS = ("negative_feedback",)
 #: The release names no group apart from the text: the simulator is told it is the one
 #: the statement names.
 FAIRMT_SEED_GROUP = "the group the statement names"
+#: A FairMT seed's group in the baselines, where no ``groups:`` file names it: derived
+#: from its category (the zero-shot and scripted turns name a group; the release does
+#: not say which its final turn is about apart from the text).
+DERIVED_GROUPS = {
+    "age": "people of a certain age",
+    "appearance": "people with a certain appearance",
+    "disability": "people with a certain disability",
+    "gender": "people of a certain gender",
+    "race": "people of a certain race",
+    "religion": "people of a certain religion",
+}
 #: Seed of the per-category draw (``per_category:``) unless the suite gives ``sample_seed``.
 FAIRMT_SAMPLE_SEED = 20251130
 #: The scripted tracks have five user turns each.
@@ -84,8 +97,14 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
     for key in ("release", "subset", "categories", "per_category") + (() if scripted else ("tracks",)):
         if key in data and "source" not in data:
             raise source.error([key], f"`{key}:` chooses among the FairMT-Bench files: it goes with `source: fairmt`")
-    if "source" in data and scripted:
-        cases, notes = _fairmt_cases(source.name, overrides.fairmt_dir, data)
+    digest = None
+    if "seeds_of" in data:
+        if "source" in data:
+            raise source.error(["seeds_of"], "`seeds_of:` takes its seeds from a DyMT suite; it does not go with "
+                               "`source:` (the DyMT suite it names draws them)")
+        cases, notes, digest = _seeds_of(source, protocol.name, overrides, styles, turns)
+    elif "source" in data and scripted:
+        cases, notes = _fairmt_cases(source, overrides.fairmt_dir, data, overrides.fairmt_release)
     elif "source" in data:
         cases, notes = _fairmt_seed_cases(source, protocol.name, overrides.fairmt_dir, styles, turns)
     else:
@@ -97,12 +116,74 @@ def load(source: SuiteSource, protocol, overrides: SuiteOverrides) -> Suite:
             entries = [(raw, ["cases", i]) for i, raw in enumerate(data["cases"])]
             entries_node, where = source.node, path
         cases = _seed_cases(entries, entries_node, where, source.name, protocol.name, styles, turns)
-    digest = source.digest(*others)
+    digest = digest or source.digest(*others)
     cases = [dataclasses.replace(c, suite_sha256=digest) for c in cases]
     # Sorted, so that every xdist worker collects the same list in the same order.
     cases.sort(key=lambda c: (c.id, c.style or ""))
     return Suite(path=path, name=source.name, protocol=protocol.name, turns=turns, styles=styles,
                  batch_size=source.batch_size, cases=cases, notes=notes)
+
+
+def _seeds_of(source: SuiteSource, protocol: str, overrides: SuiteOverrides, styles, turns: int):
+    """The cases of a baseline suite on the very seeds of the DyMT suite its ``seeds_of:``
+    names (relative to this file), loaded with the same options, so the same release and
+    ``sample_seed`` give the same draw: one case per seed and style (track). A FairMT
+    seed whose group no ``groups:`` file of that suite names gets one derived from its
+    category (``DERIVED_GROUPS``). Returns the cases, notes and a digest over this file and
+    the seeds' (their suite's)."""
+    import hashlib
+
+    from . import load_suite
+
+    other = source.file("seeds_of", "DyMT suite file")
+    if other.resolve() == source.path.resolve():
+        raise source.error(["seeds_of"], "seeds_of: names this suite itself; name the dymt suite whose seeds to run")
+    dymt = load_suite(other, overrides)
+    if dymt.protocol != "dymt":
+        raise source.error(["seeds_of"], f"seeds_of: {other} is a {dymt.protocol} suite; name a dymt suite (e.g. "
+                           "dymt.yaml or dymt_fairmt.yaml), whose seeds this baseline then runs on")
+    first: dict = {}
+    for case in dymt.cases:
+        first.setdefault(case.id, case)
+    derived = 0
+    cases = []
+    for seed in sorted(first.values(), key=lambda c: c.id):
+        group = seed.group
+        if group == FAIRMT_SEED_GROUP:
+            group = DERIVED_GROUPS.get(seed.category, f"people of a certain {seed.category}")
+            derived += 1
+        cases += [Case(suite=source.name, protocol=protocol, id=seed.id, category=seed.category, group=group,
+                       statement=seed.statement, style=style, turns=turns) for style in styles]
+    suite = source.name
+    notes = [f"{suite}: the {len(first)} seed(s) of suite {dymt.name} ({other.name}), the very seeds its cases "
+             "run on"] if first else [f"suite {suite} has no cases: it runs on the seeds of suite {dymt.name} "
+                                      f"({other.name}), which has none"]
+    if derived:
+        notes.append(f"{suite}: {derived} FairMT seed(s) with no group named: each group derived from the seed's "
+                     f"category (e.g. {DERIVED_GROUPS['religion']!r}); a `groups:` file in {other.name} names them")
+    if not dymt.cases:
+        notes += dymt.notes
+    seeds_digest = dymt.cases[0].suite_sha256 if dymt.cases else source.digest(other)
+    digest = hashlib.sha256(source.path.read_bytes() + seeds_digest.encode()).hexdigest()
+    return cases, notes, digest
+
+
+def _given_groups(source: SuiteSource, candidates: list) -> dict:
+    """A FairMT seed suite's ``groups:`` file: seed id -> the group its statement is about
+    (a YAML mapping); ConfigError naming the file for anything else or an id that is no
+    item the suite draws from."""
+    path = source.file("groups", "groups file")
+    data, _ = read_yaml(path, "groups file")
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                             for k, v in data.items()):
+        raise ConfigError(f"{path}: a groups file is a mapping of seed id to the group its statement is about, "
+                          "one per line (fairmt-10k-stereotype-gender-negative_feedback-0007: women)")
+    known = {d.id for d in candidates}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{path}: {len(unknown)} id(s) name no item this suite draws from (first: {unknown[0]!r}); "
+                          "use the ids of the release's items (the seed ids in the report)")
+    return {k: v.strip() for k, v in data.items()}
 
 
 def _seed_cases(entries, node, source: Path, suite: str, protocol: str, styles, turns: int) -> list:
@@ -196,21 +277,36 @@ def _no_release_note(suite: str) -> list[str]:
             "shipped; pass --socialbias-fairmt-dir=DIR (the folder holding FairMT_1K/ or FairMT_10K/)"]
 
 
-def _fairmt_cases(suite: str, fairmt_dir, data: dict) -> tuple[list, list]:
+def _fairmt_cases(source: SuiteSource, fairmt_dir, data: dict, release: str | None = None) -> tuple[list, list]:
     """Cases from the official FairMT-Bench release files (none without the option): one
-    release (and for 10K one subset), the suite's tracks and categories; and notes saying
-    which were run and what the lenient loader skipped."""
+    release (the option's, else the suite's, else 1K; for 10K one subset), the suite's
+    tracks and categories, and its per-category draw (not on 1K from the option, which
+    runs FairMT-1K as released); and notes saying what was drawn and run and what the
+    lenient loader skipped. A release the folder holds nothing of is a usage error."""
+    suite = source.name
     if fairmt_dir is None:
         return [], _no_release_note(suite)
-    chosen, result, what = _fairmt_selection(fairmt_dir, data, FAIRMT_RELEASE)
     notes: list[str] = []
     per_category = data.get("per_category")
+    if release is not None:
+        data = {**data, "release": release}
+        if release == "1K" and per_category:
+            notes.append(f"{suite}: --socialbias-fairmt-release=1K: FairMT-1K as released, every conversation; the "
+                         f"suite's per_category: {per_category} draw is for 10K and was not applied")
+            per_category = None
+    chosen, result, what = _fairmt_selection(fairmt_dir, data, FAIRMT_RELEASE)
+    wanted = data.get("release", FAIRMT_RELEASE)
+    if not any(d.source == wanted for d in result.dialogues):
+        raise source.error(["source"], (
+            f"source: fairmt: {fairmt_dir} holds no conversation of FairMT_{wanted} (it holds "
+            f"{_holdings(result.dialogues)}); give the folder holding that release, or choose the release it holds "
+            "(release: in the suite, or --socialbias-fairmt-release=1K|10K)"))
     if per_category:
         chosen, drawn_note = _per_category(chosen, int(per_category), int(data.get("sample_seed", FAIRMT_SAMPLE_SEED)))
         notes.append(f"{suite}: {drawn_note}")
     notes.insert(0, f"{suite}: ran {len(chosen)} conversation(s) of {what} ({len(result.dialogues) - len(chosen)} "
                     "other(s) in the folder left out; choose with release:, subset:, tracks:, categories:, "
-                    "per_category:)")
+                    "per_category:, or --socialbias-fairmt-release)")
     notes += [f"{suite}: skipped {reason}" for reason in result.skipped]
     return [
         Case(
@@ -256,10 +352,15 @@ def _fairmt_seed_cases(source: SuiteSource, protocol: str, fairmt_dir, styles, t
             f"(it holds {_holdings(result.dialogues)}); give the folder holding "
             "FairMT_10K/Stereotype/<Track>/prompt_<attr>.json, or choose release:, subset:, tracks: and "
             "categories: that it holds"))
+    groups = _given_groups(source, chosen) if "groups" in data else {}
     if "per_category" in data:
         chosen, drawn_note = _per_category(chosen, int(data["per_category"]),
                                            int(data.get("sample_seed", FAIRMT_SAMPLE_SEED)), by_track=False)
         notes.append(f"{suite}: {drawn_note}")
+    if groups:
+        named = sum(1 for d in chosen if d.id in groups)
+        notes.append(f"{suite}: {named} of {len(chosen)} seed(s) have a group named in the groups file; the rest "
+                     f"are told {FAIRMT_SEED_GROUP!r}")
     notes.insert(0, f"{suite}: {len(chosen)} seed(s), each the final user turn of an item of {what} (the "
                     "release states no stereotype apart from its turns: docs/dymt.md); choose with release:, "
                     "subset:, tracks:, categories:, per_category:")
@@ -268,7 +369,7 @@ def _fairmt_seed_cases(source: SuiteSource, protocol: str, fairmt_dir, styles, t
                      "another attribute; a 1K item that copies no 10K item in the folder)")
     notes += [f"{suite}: skipped {reason}" for reason in result.skipped]
     return [
-        Case(suite=suite, protocol=protocol, id=d.id, category=d.category, group=FAIRMT_SEED_GROUP,
+        Case(suite=suite, protocol=protocol, id=d.id, category=d.category, group=groups.get(d.id, FAIRMT_SEED_GROUP),
              statement=d.turns[-1], style=style, turns=turns)
         for d in chosen for style in styles
     ], notes

@@ -70,6 +70,13 @@ KINDS = (EMPTY, ASSISTANT_VOICE, SETUP_LEAK, SEED_LEAK, COPY, CONTENT_FILTER, JU
 #: that order of strength (a suite's ``simulator_check:`` raises a run's, never lowers it).
 RULES_CHECK, EMBEDDED_CHECK, JUDGE_CHECK = "rules", "embedded", "judge"
 SIMULATOR_CHECKS = (RULES_CHECK, EMBEDDED_CHECK, JUDGE_CHECK)
+#: What a finding does: ``redraw`` (the default: a flagged draw is drawn again, up to the
+#: attempts, then the case is an error) or ``report`` (the first draw is kept whatever the
+#: checks find; each finding is flagged and counted, nothing is redrawn: the papers' own
+#: protocols have no such step). A content-filtered draw is redrawn either way: it is not
+#: the simulator's message.
+REDRAW_FINDINGS, REPORT_FINDINGS = "redraw", "report"
+SIMULATOR_FINDINGS = (REDRAW_FINDINGS, REPORT_FINDINGS)
 
 REASONS = {
     EMPTY: "empty message",
@@ -835,7 +842,8 @@ def check_user_turn(text: str, context: UserTurnContext = UserTurnContext()) -> 
 class SimulatorRecord:
     """One dialogue's simulated user: turns drawn, draws flagged by kind, turns retried (a
     draw flagged, then one that passed), turns failed (every draw flagged); with the
-    judged check, the draws the judge saw, passed, and could not read."""
+    judged check, the draws the judge saw, passed, and could not read. ``report_only``
+    (``REPORT_FINDINGS``): flagged draws are kept, counted by kind in ``kept_flagged``."""
 
     draws: int = 0
     turns: int = 0
@@ -846,6 +854,12 @@ class SimulatorRecord:
     judged: int = 0
     judged_passed: int = 0
     judged_unreadable: int = 0
+    report_only: bool = False
+    kept_flagged: dict = field(default_factory=dict)
+
+    def keep(self, finding: Finding) -> None:
+        """A flagged draw kept as the user's turn (report-only findings)."""
+        self.kept_flagged[finding.kind] = self.kept_flagged.get(finding.kind, 0) + 1
 
     def add(self, finding: Finding | None) -> None:
         self.draws += 1
@@ -858,4 +872,7 @@ class SimulatorRecord:
                "retried": self.retried, "failed": self.failed, "outcomes": list(self.outcomes)}
         if self.judged:
             out["judged"] = {"draws": self.judged, "passed": self.judged_passed, "unreadable": self.judged_unreadable}
+        if self.report_only:
+            out["findings"] = REPORT_FINDINGS
+            out["kept_flagged"] = dict(sorted(self.kept_flagged.items()))
         return out

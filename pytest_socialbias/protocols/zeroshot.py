@@ -16,4 +16,4 @@ async def run(case, roles, usage) -> dict:
     return result
 
 
-PROTOCOL = Protocol(name="zeroshot", run=run, load=seeds.load, metrics=("dialogue",), keys=seeds.KEYS)
+PROTOCOL = Protocol(name="zeroshot", run=run, load=seeds.load, metrics=("dialogue",), keys=seeds.ZEROSHOT_KEYS)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from .. import __version__
-from ..metrics import outcome_counts, simulator_summary
+from ..metrics import outcome_counts, simulator_findings, simulator_summary
 
 REPORT_FORMAT = 1
 
@@ -75,6 +75,9 @@ def build_report(result) -> dict:
     simulated = simulator_summary(result.records)
     if simulated:
         report["simulator"] = simulated
+    findings = simulator_findings(result.records)
+    if findings:
+        report["simulator_findings"] = findings
     if result.comparison is not None:
         report["comparison"] = result.comparison
     if result.judge_check is not None:
@@ -88,7 +91,7 @@ def build_report(result) -> dict:
 
 def suite_metadata(records: list[dict]) -> dict:
     """Per suite: protocol, the sha256 of its suite (and seeds) file, cases and seeds run,
-    and the judge parameters the suite set (``judge_params:``), if any."""
+    and the judge parameters (``judge_params:``) and preset (``preset:``) the suite set, if any."""
     suites: dict[str, dict] = {}
     for record in records:
         entry = suites.setdefault(
@@ -99,11 +102,14 @@ def suite_metadata(records: list[dict]) -> dict:
         entry["ids"].add(record["id"])
         if record.get("judge_params"):
             entry["judge_params"] = dict(sorted(record["judge_params"].items()))
+        if record.get("preset"):
+            entry["preset"] = record["preset"]
     out = {}
     for name, e in sorted(suites.items()):
         out[name] = {"protocol": e["protocol"], "sha256": e["sha256"], "cases": e["cases"], "seeds": len(e["ids"])}
-        if "judge_params" in e:
-            out[name]["judge_params"] = e["judge_params"]
+        for key in ("judge_params", "preset"):
+            if key in e:
+                out[name][key] = e[key]
     return out
 
 
