@@ -194,9 +194,9 @@ def parse_spec(given: str, option: str = "--target") -> ModelSpec:
     provider = match["provider"].lower()
     entry = providers.get(provider)
     if entry is None:
-        known = ", ".join(providers.names())
+        known_providers = ", ".join(providers.names())
         raise ConfigError(
-            f"{option}={raw}: unknown provider {provider!r}; known providers: {known} "
+            f"{option}={raw}: unknown provider {provider!r}; known providers: {known_providers} "
             "(use openai:MODEL@URL for any OpenAI-compatible server)"
         )
     model = match["model"].strip()
