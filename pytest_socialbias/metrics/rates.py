@@ -287,7 +287,7 @@ def cluster_wilson_interval(
         deff, df = design
     floor = kish_clusters(kept)
     effective = floor
-    if deff is not None:
+    if deff is not None and df is not None:  # (cluster_design gives both or neither)
         z = Z95 if tail == 0.025 else _NORMAL.inv_cdf(1 - tail)
         effective = max(floor, n / deff * (z / t_quantile(1 - tail, df)) ** 2)
     if cap_at_values:
