@@ -239,7 +239,7 @@ def run_corrected(reps: int, seed: int, methods: list[str], grid: dict | None = 
             for accuracy in grid["accuracy"]:
                 for n in grid["run"]:
                     data = []
-                    for rep in range(reps):
+                    for _ in range(reps):
                         half = reference // 2
                         tp = int(rng.binomial(half, accuracy))
                         tn = int(rng.binomial(half, accuracy))
@@ -623,7 +623,7 @@ def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=
             # The population difference of mean rates, the case effect integrated out.
             many = rng.normal(0, 0.8, 400_000)
 
-            def population(p):  # as rates() below: no case effect when the baseline is 0 or 1
+            def population(p, base=base, many=many):  # as rates() below: no case effect when the baseline is 0 or 1
                 if p in (0.0, 1.0) or base in (0.0, 1.0):
                     return p
                 return float(np.mean(1 / (1 + np.exp(-(np.log(p / (1 - p)) + many)))))
@@ -635,7 +635,7 @@ def run_paired(grid: dict, reps: int, seed: int, resamples: int = 1000, methods=
                     for rep in range(reps):
                         # A case effect on the logit scale moves both dialogues of a case.
                         effect = rng.normal(0, 0.8, cases) if 0 < base < 1 else np.zeros(cases)
-                        def rates(p):
+                        def rates(p, cases=cases, effect=effect):
                             if p in (0.0, 1.0):
                                 return np.full(cases, p)
                             logit = np.log(p / (1 - p)) + effect

@@ -267,8 +267,8 @@ def run_paired_means(cells, reps: int, rng) -> list[dict]:
             for size in sizes_of(design, k, m, rng):
                 own = rng.choice(values, p=base_dist)
                 own_c = max(1.0, own - 1.0) if rng.random() < shift else own
-                base = mixture(rng, own, lambda s: rng.choice(values, size=s, p=base_dist), size, icc)
-                cur = mixture(rng, own_c, lambda s: rng.choice(values, size=s, p=cur_dist), size, icc)
+                base = mixture(rng, own, lambda s, dist=base_dist: rng.choice(values, size=s, p=dist), size, icc)
+                cur = mixture(rng, own_c, lambda s, dist=cur_dist: rng.choice(values, size=s, p=dist), size, icc)
                 pairs.append((base.tolist(), cur.tolist()))
             result = stats.paired_cluster_interval(pairs, scale=(1.0, 5.0), cap_at_values=False, interval_only=True)
             tally.add(result["ci_low"], result["ci_high"], truth, result["diff"], (-4.0, 4.0))

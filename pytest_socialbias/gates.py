@@ -154,7 +154,8 @@ def load_gates(path: str | Path, known_suites: set | None = None, root: Path | N
                     continue
                 broken.add(error_path[1])
             problems.append((line, text.split(": ", 1)[1] if text.startswith(f"{path}:") else text))
-    gates, names = [], set()
+    gates: list[Gate] = []
+    names: set[str] = set()
     for index, raw in enumerate(data["gates"]):
         if index in broken or not isinstance(raw, dict):
             continue
@@ -353,10 +354,10 @@ def evaluate(
         if row is not None and row["n"] and row["value"] is not None:
             number = {"point": row["value"], "ci_low": row["ci_low"], "ci_high": row["ci_high"]}[gate.compare]
             result["verdict"] = FAIL if gate.fails(number) else PASS
-        elif (gate.suite, gate.metric, gate.category) in (unavailable or {}):
+        elif unavailable and (gate.suite, gate.metric, gate.category) in unavailable:
             _no_evidence(result, gate, unavailable[(gate.suite, gate.metric, gate.category)])
-        elif _too_short(gate, turns):
-            _no_evidence(result, gate, _too_short(gate, turns))
+        elif short := _too_short(gate, turns):
+            _no_evidence(result, gate, short)
         else:
             _no_evidence(result, gate, "no evidence: " + (evidence.get(gate.suite) or "no case gave this metric a value"))
         results.append(result)

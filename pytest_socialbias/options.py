@@ -142,7 +142,7 @@ def _record(raw, option: Option, where: Where) -> str:
     return str(raw).strip()
 
 
-def _judges(raw, option: Option, where: Where) -> tuple:
+def _judges(raw, option: Option, where: Where) -> tuple | None:
     """Every --judge given, in order; in the ini file, whitespace-separated specs."""
     values = raw.split() if isinstance(raw, str) else [v for v in raw if v]
     return tuple(values) or None
@@ -358,7 +358,9 @@ class Settings:
     @property
     def baseline_report(self) -> Path | None:
         """The baseline report to compare with, if one was given."""
-        return None if self.baseline in (None, NO_BASELINE) else self.baseline
+        if self.baseline is None or self.baseline == NO_BASELINE:
+            return None
+        return Path(self.baseline)
 
     @property
     def thresholds_file(self) -> Path:

@@ -53,6 +53,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+from collections.abc import Sequence
 from statistics import NormalDist
 
 from .metrics.rates import Z95, cluster_design, cluster_wilson_interval, dirichlet_interval, kish_clusters, percentile, wilson_interval
@@ -743,8 +744,9 @@ class _PairedClusters:
         self.p_base, self.p_cur = p_base, p_cur
         # A run with no spread of its own (no event, every reply refused, one dialogue)
         # borrows the other's design effect: the same cases were asked both times.
-        self.lend_base = (deff_cur, df_cur) if deff_cur is not None else None
-        self.lend_cur = (deff_base, df_base) if deff_base is not None else None
+        # (cluster_design gives both or neither)
+        self.lend_base = (deff_cur, df_cur) if deff_cur is not None and df_cur is not None else None
+        self.lend_cur = (deff_base, df_base) if deff_base is not None and df_base is not None else None
         n_base = sum(len(g) for g in self.base)
         n_cur = sum(len(g) for g in self.cur)
         both = [(b, c) for b, c in cases if b and c]
@@ -923,10 +925,10 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
         prevalence_reference=(n11 + n10) / n,
         prevalence_judge=(n11 + n01) / n,
     )
-    result["kappa_low"], result["kappa_high"] = dirichlet_interval(
-        cells, lambda p: _kappa_ac1(*p)[0], seed, estimate=kappa, draws=resamples)
-    result["ac1_low"], result["ac1_high"] = dirichlet_interval(
-        cells, lambda p: _kappa_ac1(*p)[1], seed, estimate=ac1, draws=resamples)
+    result["kappa_low"], result["kappa_high"] = _ends(dirichlet_interval(
+        cells, lambda p: _kappa_ac1(*p)[0], seed, estimate=kappa, draws=resamples))
+    result["ac1_low"], result["ac1_high"] = _ends(dirichlet_interval(
+        cells, lambda p: _kappa_ac1(*p)[1], seed, estimate=ac1, draws=resamples))
     # Each share's own denominator: the reference positives, the reference negatives.
     result["sensitivity_n"], result["specificity_n"] = n11 + n10, n01 + n00
     if n11 + n10:
@@ -938,7 +940,13 @@ def agreement(pairs: list[tuple[int, int]], seed: int, resamples: int = 2000) ->
     return result
 
 
-def _multiclass_kappa_ac1(confusion: list[list[int]]) -> tuple[float, float]:
+def _ends(interval: tuple[float, float] | None) -> tuple[float | None, float | None]:
+    """An interval's two ends, None and None where it has none (``dirichlet_interval``
+    when the statistic was undefined in every draw)."""
+    return (None, None) if interval is None else interval
+
+
+def _multiclass_kappa_ac1(confusion: Sequence[Sequence[float]]) -> tuple[float, float]:
     """Cohen's kappa and Gwet's multi-category AC1 of a K x K table (rows: reference)."""
     k = len(confusion)
     n = sum(map(sum, confusion))
@@ -1007,10 +1015,10 @@ def multiclass_agreement(pairs: list[tuple[str, str]], classes: tuple, seed: int
         ac1=ac1,
     )
     result["agreement_low"], result["agreement_high"] = wilson_interval(agree, n, Z95)
-    result["kappa_low"], result["kappa_high"] = dirichlet_interval(
-        cells, lambda p: _multiclass_kappa_ac1(square(p))[0], seed, estimate=kappa, draws=resamples)
-    result["ac1_low"], result["ac1_high"] = dirichlet_interval(
-        cells, lambda p: _multiclass_kappa_ac1(square(p))[1], seed, estimate=ac1, draws=resamples)
+    result["kappa_low"], result["kappa_high"] = _ends(dirichlet_interval(
+        cells, lambda p: _multiclass_kappa_ac1(square(p))[0], seed, estimate=kappa, draws=resamples))
+    result["ac1_low"], result["ac1_high"] = _ends(dirichlet_interval(
+        cells, lambda p: _multiclass_kappa_ac1(square(p))[1], seed, estimate=ac1, draws=resamples))
     for i, c in enumerate(classes):
         total = sum(confusion[i])
         if total:
@@ -1147,6 +1155,7 @@ def _credible_interval(positives: int, n: int, lines: list[tuple[float, float]],
             low = point - step / 2 + step * (tail - before) / (cumulative - before)
         if high is None and cumulative >= 1 - tail:
             high = point - step / 2 + step * (1 - tail - before) / (cumulative - before)
+    assert low is not None and high is not None  # the cumulative share reaches 1 over the grid
     return max(0.0, low), min(1.0, high)
 
 

@@ -49,7 +49,7 @@ def test_scripted_tracks_send_the_fixed_turns_whatever_the_target_says(pytester,
     result.stdout.fnmatch_lines(["*demo.yaml::gender-001[[]fixed_format] PASSED*", "*demo.yaml::gender-001[[]negative_feedback] PASSED*"])
     expected = {track: scripted_turns(track, SEED[3], SEED[2], SEED[1]) for track in ("negative_feedback", "fixed_format")}
     sent = target_turns(server)
-    for track, turns in expected.items():
+    for turns in expected.values():
         assert all(turn in sent for turn in turns)
     assert len(sent) == 10
     by_track = {c["style"]: c for c in report["cases"]}

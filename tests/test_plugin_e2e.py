@@ -196,7 +196,7 @@ def test_unreadable_judge_answer_is_a_judge_error_not_a_label(pytester, keys, se
         # No constraint method to find (an off-label answer under an untried method moves on
         # to the next one, see test_reasoning_models): the judge's own retry alone.
         url = srv.openai_base_url
-        result = pytester.runpytest(
+        pytester.runpytest(
             "demo.yaml", f"--target=openai:t@{url}", f"--judge=openai:j@{url}?constrain=none",
             f"--user-model=openai:u@{url}", "--socialbias-report=r.json", "-p", "no:cacheprovider",
         )

@@ -88,6 +88,10 @@ def test_failover_cooldown_and_the_request_s_own_faults():
     with pytest.raises(Status, match="502"):
         asyncio.run(backend.complete([], {}, None))
     assert [r.calls for r in down] == [1, 1]
+    # No replica at all, or a URL without its backend: refused when built, naming the fix.
+    for urls, backends in (((), []), (("A", "B"), [Replica("a")])):
+        with pytest.raises(ValueError, match="one backend per URL.*M@http://a/v1,http://b/v1"):
+            ReplicaBackend(urls, backends)
 
 
 def test_a_run_spreads_calls_over_replicas_survives_a_dead_one_and_replays_without_them(pytester, keys):

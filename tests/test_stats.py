@@ -30,6 +30,7 @@ from pytest_socialbias.stats import (
 )
 
 NORMAL = NormalDist()
+Z_975 = NORMAL.inv_cdf(0.975)
 
 
 # --------------------------------------------------------------------------- mcnemar_exact
@@ -220,7 +221,7 @@ def wilson_cc(k: int, n: int, z: float) -> tuple[float, float]:
     return low, high
 
 
-def newcombe_10(n11, n10, n01, n00, z=NORMAL.inv_cdf(0.975)):
+def newcombe_10(n11, n10, n01, n00, z=Z_975):
     """Newcombe (1998) method 10, written out from the paper's formulas."""
     n = n11 + n10 + n01 + n00
     p1, p2 = (n11 + n01) / n, (n11 + n10) / n  # current, baseline
@@ -677,7 +678,6 @@ def _beta_quantile(a: float, b: float, q: float) -> float:
     us = [i / panels for i in range(panels + 1)]
     density = [2 * u ** (2 * a - 1) * (1 - u * u) ** (b - 1) if 0 < u < 1 else (2.0 if u == 0 and a == 0.5 else 0.0)
                for u in us]
-    weights = [1 if i in (0, panels) else (4 if i % 2 else 2) for i in range(panels + 1)]
     cumulative, running = [0.0], 0.0
     for i in range(0, panels, 2):
         running += (density[i] + 4 * density[i + 1] + density[i + 2]) / (3 * panels)

@@ -58,8 +58,8 @@ def test_tuning_sets_meet_the_targets(bench, file):
     for label in ("setup_leak", "copy", "assistant_voice"):
         assert result["labels"][label]["recall"] >= floor, (file, label, result["labels"][label])
     assert result["labels"]["seed_leak"]["recall"] >= seed_floor, (file, result["labels"]["seed_leak"])
-    for kind, check in result["checks"].items():
-        assert check["precision"] >= 0.95, (file, kind, check)
+    for kind, figures in result["checks"].items():
+        assert figures["precision"] >= 0.95, (file, kind, figures)
 
 
 @pytest.mark.parametrize("file", sorted(HELD_OUT))

@@ -428,7 +428,7 @@ def test_e2e_fold_drops_accuracy_of_a_bang_judge_and_mask_does_not(pytester, key
     # Ids name the case and its variant; the labels, ids and turn counts never change.
     result.stdout.fnmatch_lines(["*detect.yaml::bb-1?foldmask? *", "*detect.yaml::n-2?randmask? *"])
     by = {(c["id"], c["variant"]): c for c in report["cases"]}
-    for (i, variant), case in by.items():
+    for (i, _variant), case in by.items():
         assert case["truth"] == AGENT[i][0] and len(case["turns"]) == 1  # one exchange, two turns
         assert case["turns"][0]["user"] == "I want to plan a trip on my own!"  # scope agent
     agent = {key: case["turns"][0]["assistant"] for key, case in by.items()}

@@ -300,7 +300,7 @@ def load_conditions(path: str | Path) -> Conditions:
     for r, raw in enumerate(data["roles"]):
         where = ["roles", r]
         check_unique(raw["needs"], where + ["needs"], "need")
-        _check_prompt(raw["agent_prompt"], lambda message: fail(where + ["agent_prompt"], message))
+        _check_prompt(raw["agent_prompt"], lambda message, where=where: fail(where + ["agent_prompt"], message))
         for n, need in enumerate(raw["needs"]):
             if not need["follow_ups"]:
                 fail(where + ["needs", n, "follow_ups"], "a need needs at least one follow-up turn")

@@ -113,7 +113,7 @@ DIRECTIVE_VERBS = frozenset(
         "take", "try", "rest", "go", "make", "call", "remember", "don't", "do", "keep", "stay", "sit", "wait", "leave",
         "stop", "use", "ask", "tell", "put", "get", "avoid", "drink", "eat", "be", "give", "bring", "check",
         "follow", "consider", "focus", "start", "write", "read", "look", "think", "hold", "come", "pick", "set",
-        "listen", "let", "relax", "breathe", "slow", "sleep", "walk", "talk", "book", "fill", "send", "bring",
+        "listen", "let", "relax", "breathe", "slow", "sleep", "walk", "talk", "book", "fill", "send",
         "contact", "visit", "see", "note", "never", "always", "just",
     }
 )

@@ -123,10 +123,6 @@ def _f1_of_cells(cells: list[float]) -> float | None:
     return f1_score(tp, fp, fn)
 
 
-def binary_f1(items: list[tuple]) -> float | None:
-    return _f1_of_cells(_binary_cells(items))
-
-
 def _class_cells(pairs: list[tuple[str, str]]) -> list[int]:
     """The 3 x 3 confusion table of (truth, predicted class) pairs, rows flattened."""
     return [sum(1 for t, c in pairs if t == a and c == b) for a in CLASSES for b in CLASSES]

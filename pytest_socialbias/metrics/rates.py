@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import random
+from collections.abc import Sequence
 from statistics import NormalDist
 
 Z95 = 1.959963984540054
@@ -286,7 +287,7 @@ def cluster_wilson_interval(
         deff, df = design
     floor = kish_clusters(kept)
     effective = floor
-    if deff is not None:
+    if deff is not None and df is not None:  # (cluster_design gives both or neither)
         z = Z95 if tail == 0.025 else _NORMAL.inv_cdf(1 - tail)
         effective = max(floor, n / deff * (z / t_quantile(1 - tail, df)) ** 2)
     if cap_at_values:
@@ -343,7 +344,7 @@ PRIOR_MASS = 1.0
 
 
 def dirichlet_interval(
-    counts: list[float], statistic, seed: int, estimate: float | None = None,
+    counts: Sequence[float], statistic, seed: int, estimate: float | None = None,
     draws: int = DIRICHLET_DRAWS, level: float = DIRICHLET_LEVEL,
 ) -> tuple[float, float] | None:
     """Interval of ``statistic`` of a table's cell probabilities (kappa, AC1, F1 of a
@@ -380,11 +381,6 @@ def newcombe_unpaired(x1: int, n1: int, x2: int, n2: int, corrected: bool = Fals
     l2, u2 = wilson_interval(x2, n2, corrected=corrected)
     d = p1 - p2
     return (d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
-
-
-def metric_seed(metric: str) -> int:
-    """A metric's own part of an interval's seed (mixed into group_seed by XOR)."""
-    return int.from_bytes(hashlib.sha256(metric.encode("utf-8")).digest()[:8], "big")
 
 
 def group_seed(suite: str, category, style, base: int = BOOTSTRAP_SEED) -> int:

@@ -47,7 +47,7 @@ class Adaptation:
     failed: list = field(default_factory=list)  # constraint methods the endpoint refused
 
     def to_dict(self) -> dict:
-        out = {}
+        out: dict = {}
         if self.dropped:
             out["dropped"] = dict(sorted(self.dropped.items()))
         if self.budgets:
@@ -157,19 +157,20 @@ def _error_fields(exc: BaseException) -> tuple[str, str | None, str | None]:
 def classify_rejection(exc: BaseException, sent: dict, constrained: bool):
     """A ParameterRejected or ConstraintRejected for an HTTP 400/422 that names what it
     refused, else None (a plain error). ``sent``: the parameters the request carried."""
-    if getattr(exc, "status_code", None) not in (400, 422):
+    status = getattr(exc, "status_code", None)
+    if status not in (400, 422):
         return None
     message, param, code = _error_fields(exc)
     # Kept in the cache and the reports: a key the server echoes is masked (secrets.py).
-    reason = mask_keys(f"HTTP {exc.status_code}" + (f" {code}" if code else "") + f": {message.strip()[:200]}",
+    reason = mask_keys(f"HTTP {status}" + (f" {code}" if code else "") + f": {message.strip()[:200]}",
                        known_keys())
     lowered = message.lower()
-    if param in sent:
+    if param is not None and param in sent:
         return ParameterRejected(param, reason)
     for name in sent:
         # "'temperature' does not support 0", "`top_k`", "Unsupported parameter: temperature"
         if re.search(rf"(['\"`]{re.escape(name)}['\"`]|parameter:?\s+{re.escape(name)}\b)", message, re.IGNORECASE):
             return ParameterRejected(name, reason)
-    if constrained and (exc.status_code == 422 or any(word in lowered for word in REJECTION_WORDS)):
+    if constrained and (status == 422 or any(word in lowered for word in REJECTION_WORDS)):
         return ConstraintRejected(reason)
     return None

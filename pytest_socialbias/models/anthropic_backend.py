@@ -28,7 +28,7 @@ def split_system(messages: list[dict]) -> tuple[str | None, list[dict]]:
 
 
 class AnthropicBackend:
-    def __init__(self, spec, api_key: str, timeout: float, max_retries: int, http_clients=None):
+    def __init__(self, spec, api_key: str | None, timeout: float, max_retries: int, http_clients=None):
         import anthropic  # lazy
 
         self.spec = spec
@@ -99,7 +99,8 @@ def parse_message(data) -> ChatResponse:
     thinking = "\n\n".join(t for t in _texts(blocks, "thinking", "thinking", repaired) if t)
     if any(b.get("type") == "redacted_thinking" for b in blocks):
         thinking = (thinking + "\n\n" if thinking else "") + "(redacted thinking)"
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    raw_usage = data.get("usage")
+    usage: dict = raw_usage if isinstance(raw_usage, dict) else {}
     stop = _STOP_REASONS.get(stop_reason, stop_reason or FINISH_STOP)
     return ChatResponse(
         text=text,

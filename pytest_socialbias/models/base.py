@@ -166,7 +166,7 @@ class RoleUsage:
     replicas: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        out = {
+        out: dict = {
             "calls": self.calls,
             "hits": self.hits,
             "misses": self.misses,

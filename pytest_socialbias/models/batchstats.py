@@ -56,7 +56,8 @@ def summarize(models: dict, entries: list, concurrency: int | None) -> None:
         if found is None:
             continue
         max_batch, wait = found
-        processes, shared = [], set()
+        processes: list[dict] = []
+        shared: set[str] = set()
         caps = set()
         for entry in entries:
             stats = (entry.get("roles") or {}).get(role)

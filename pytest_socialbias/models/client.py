@@ -298,7 +298,9 @@ def _describe(exc: BaseException) -> str:
 def _causes(exc: BaseException, limit: int = 30) -> list[BaseException]:
     """``exc`` and what lies under it, through both ``__cause__`` and ``__context__``
     (httpx and httpx2 keep the refused socket's error under a context, aiohttp under a cause)."""
-    out, seen, todo = [], set(), [exc]
+    out: list[BaseException] = []
+    seen: set[int] = set()
+    todo = [exc]
     while todo and len(out) < limit:
         current = todo.pop(0)
         if id(current) in seen:
@@ -462,7 +464,7 @@ class Model:
         if sample and "seed" in params:
             # A fixed seed would make a repeated draw identical to the first: vary it.
             params["seed"] = params["seed"] + sample
-        extra = {}
+        extra: dict = {}
         if choices:
             extra["choices"] = list(choices)
             named = constrain or self.named_constrain_method(choices)
@@ -655,7 +657,7 @@ class Model:
                     budget = min(MAX_BUDGET, current * BUDGET_FACTOR)
                     if learn_budget:
                         asked = request["params"]["max_tokens"]
-                        self.settings.learn(self.endpoint_key, lambda a: a.set_budget(asked, budget))
+                        self.settings.learn(self.endpoint_key, lambda a, asked=asked, budget=budget: a.set_budget(asked, budget))
                     continue
             return response, sent
         raise ModelCallError(self.role, str(self.spec), f"gave up after {MAX_ADAPTATIONS} adaptations to the endpoint")
@@ -683,6 +685,8 @@ class Model:
         role's parameters; for a judge, once per constraint method until one holds the
         answer to the labels. What it finds is learnt for the endpoint."""
         check = self.check
+        if check is None:  # only a role with a check is registered for one (Settings.register_check)
+            return
         messages = load_template(ENDPOINT_CHECK_TEMPLATE).messages()
         template = load_template(ENDPOINT_CHECK_TEMPLATE).id
         ask = dict(
@@ -705,10 +709,10 @@ class Model:
                 except _MethodRefused:
                     continue
                 if conforms(response.text, choices):
-                    self.settings.learn(self.endpoint_key, lambda a: a.works(method))
+                    self.settings.learn(self.endpoint_key, lambda a, method=method: a.works(method))
                     return
                 # Taken but not honoured: the endpoint ignores fields it does not know.
-                self.settings.learn(self.endpoint_key, lambda a: a.fails(method))
+                self.settings.learn(self.endpoint_key, lambda a, method=method: a.fails(method))
             self.settings.learn(self.endpoint_key, lambda a: a.works("none"))
         except ModelCallError as exc:
             raise ModelCallError(self.role, str(self.spec), f"endpoint check failed: {exc.reason}") from exc
@@ -766,6 +770,7 @@ class Model:
                 if rejection is not None:
                     raise rejection from exc
                 raise ModelCallError(self.role, str(self.spec), guard.mask(_describe(exc))) from exc
+        assert last is not None  # every attempt that did not return or raise kept its fault
         raise ModelCallError(
             self.role,
             str(self.spec),

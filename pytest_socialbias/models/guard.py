@@ -33,6 +33,7 @@ import asyncio
 import dataclasses
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ModelCallError
@@ -78,7 +79,7 @@ class Circuit:
     opened_at: float | None = None  # when it (last) opened; None: closed
     probing: bool = False  # a probe is out
     refused: int = 0  # calls failed at once while open
-    clock: object = time.monotonic
+    clock: Callable[[], float] = time.monotonic
 
     def admit(self) -> str | None:
         """None to send the call (the circuit is closed, or this call is the probe), else
@@ -113,11 +114,11 @@ class DeadlineWatch:
     its task cancelled, and CallGuard.send turns that into the call's error. (A timer per
     call, ``asyncio.timeout``, costs ten times the client CPU; and Python 3.10 has none.)"""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.due: dict = {}  # task -> the loop time its call is due
         self.expired: set = set()  # tasks this watch cancelled, not yet told
-        self._timer = None
-        self._loop = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, task, seconds: float) -> None:
         loop = task.get_loop()
@@ -140,13 +141,15 @@ class DeadlineWatch:
         return uncancel is None or uncancel() == 0
 
     def _check(self) -> None:
-        now = self._loop.time()
+        loop = self._loop
+        assert loop is not None  # the timer runs only once start() set the loop
+        now = loop.time()
         for task, due in list(self.due.items()):
             if due <= now:
                 del self.due[task]
                 self.expired.add(task)
                 task.cancel()
-        self._timer = self._loop.call_later(WATCH_TICK_S, self._check) if self.due else None
+        self._timer = loop.call_later(WATCH_TICK_S, self._check) if self.due else None
 
 
 @dataclass

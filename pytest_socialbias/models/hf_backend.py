@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import ConfigError
 from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse, request_seed
@@ -137,8 +138,9 @@ class _Row:
     seed: int
     top_logprobs: int | None
     choices: list | None  # token-id sequences of the labels, when held to them
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
+    # None: a row decoded directly (``token_row``), never queued on the batcher
+    future: asyncio.Future | None
+    loop: asyncio.AbstractEventLoop | None
     tokens: list = field(default_factory=list)
     logprobs: list = field(default_factory=list)
     done: bool = False
@@ -163,9 +165,10 @@ class HFBackend:
         self.max_batch = int(settings.get("max_batch", DEFAULT_MAX_BATCH))
         self.batch_wait_s = float(settings.get("batch_wait_ms", DEFAULT_BATCH_WAIT_MS)) / 1000.0
         self.base_url = "in-process"
-        self._model = None
-        self._tokenizer = None
-        self._device = None
+        # transformers' model and tokenizer: untyped to the checker (no stubs)
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._device: str | None = None
         self._load_lock = threading.Lock()
         self._batcher = RowBatcher("socialbias-hf-batcher", self.max_batch, self.batch_wait_s, self._decode)
         #: Batches run and rows per batch, for benchmarks and tests.
@@ -271,6 +274,7 @@ class HFBackend:
             labels = [tokenizer.encode(str(c), add_special_tokens=False) for c in choices]
             labels = [ids for ids in labels if ids]
         loop = asyncio.get_running_loop()
+        future = loop.create_future()
         row = _Row(
             prompt=list(prompt),
             max_tokens=int(params.get("max_tokens") or DEFAULT_MAX_TOKENS),
@@ -279,11 +283,11 @@ class HFBackend:
             seed=int(params["seed"]) + sample if "seed" in params else request_seed(messages, params, sample),
             top_logprobs=top_logprobs,
             choices=labels or None,
-            future=loop.create_future(),
+            future=future,
             loop=loop,
         )
         self._batcher.submit(row)
-        await row.future
+        await future
         text = tokenizer.decode(row.tokens, skip_special_tokens=True).strip()
         return ChatResponse(
             text=text,
@@ -317,7 +321,7 @@ class HFBackend:
         cache_arg = "cache" if "cache" in parameters else "past_key_values"
         keep = next(({name: self.logits_to_keep} for name in ("logits_to_keep", "num_logits_to_keep")
                      if name in parameters), {})
-        past = None
+        past: Any = None
         steps = max(r.max_tokens if r.choices is None else max(len(c) for c in r.choices) for r in rows)
         batch = list(rows)  # the rows still decoding: a finished row leaves the batch
         with torch.no_grad():
@@ -377,7 +381,7 @@ class HFBackend:
             allowed = torch.zeros_like(scores, dtype=torch.bool)
             for i in held:
                 row = rows[i]
-                tokens = sorted({c[step] for c in row.choices if len(c) > step and c[:step] == row.tokens})
+                tokens = sorted({c[step] for c in row.choices or () if len(c) > step and c[:step] == row.tokens})
                 allowed[i, tokens] = True
             constrained = torch.zeros(count, dtype=torch.bool, device=scores.device)
             constrained[held] = True
@@ -401,7 +405,7 @@ class HFBackend:
         tokens = chosen.tolist()
         wanted = [i for i, row in enumerate(rows) if row.top_logprobs is not None and not row.done]
         if wanted:
-            k = max(1, max(rows[i].top_logprobs for i in wanted))
+            k = max(1, max(rows[i].top_logprobs or 0 for i in wanted))
             index = torch.tensor(wanted, device=logprobs.device)
             picked = logprobs[index].gather(1, chosen[index][:, None]).squeeze(1).tolist()
             top = torch.topk(logprobs[index], k, dim=-1)
@@ -413,7 +417,7 @@ class HFBackend:
                     "token": tokenizer.decode([tokens[i]]),
                     "logprob": float(picked[n]),
                     "top": [{"token": tokenizer.decode([t]), "logprob": float(v)}
-                            for v, t in list(zip(values[n], positions[n]))[: max(1, row.top_logprobs)]],
+                            for v, t in list(zip(values[n], positions[n]))[: max(1, row.top_logprobs or 0)]],
                 })
         return tokens
 

@@ -343,6 +343,7 @@ class HFClassifierBackend:
                    pair=messages[1]["content"] if pair else None)
         self._batcher.submit(row)
         await row.future
+        assert row.result is not None  # the batch sets it before it resolves the future (or raises)
         return row.result
 
     def encode(self, text: str, pair: str | None = None) -> tuple[list[int], int]:

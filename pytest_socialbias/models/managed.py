@@ -56,6 +56,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any, Callable, overload
 
 from ..errors import ConfigError
 from . import reaper
@@ -249,6 +251,12 @@ def physical(gpus: str | None, environ=None) -> str | None:
     return ",".join(visible[int(e)] if e.isdigit() and visible is not None else e for e in gpus.split(","))
 
 
+@overload
+def logical(gpus: str, environ=None) -> list[int]: ...
+@overload
+def logical(gpus: None, environ=None) -> None: ...
+
+
 def logical(gpus: str | None, environ=None) -> list[int] | None:
     """The ``cuda:N`` numbers of ``gpus`` inside this process (indices as they are, UUIDs by
     their place in the inherited CUDA_VISIBLE_DEVICES); None when not given."""
@@ -344,11 +352,6 @@ def plans_for(spec, option: str, gpus: str | None, worker: str | None = None) ->
 #: Server key -> base URL, on every process of a run (the controller starts them; workers
 #: get the URLs through xdist's workerinput).
 URLS: dict[str, str] = {}
-
-
-def url_for(spec) -> str:
-    """The URL of ``spec``'s server: this worker's own (placement=worker), else the shared one."""
-    return urls_for(spec)[0]
 
 
 def urls_for(spec) -> list[str]:
@@ -463,7 +466,10 @@ class ManagedServer:
         keep_loopback_off_proxies()  # the probe goes to 127.0.0.1, never through a proxy
         next_note = self.started_s + PROGRESS_EVERY_S
         while True:
-            code = self.process.poll()
+            process = self.process
+            if process is None:  # stopped meanwhile (a SIGTERM to this process)
+                raise ConfigError(f"the {self.plan.provider} server for {self.plan.model} was stopped while starting")
+            code = process.poll()
             if code == reaper.CANNOT_START_STATUS:
                 last = log_tail(self.log_path, 1).strip()
                 if last.startswith(reaper.CANNOT_START):
@@ -527,7 +533,7 @@ class ServerPool:
         self.progress = progress or (lambda text: print(text, file=sys.stderr, flush=True))
         self.servers: dict[str, ManagedServer] = {}
         self._lock = threading.RLock()
-        self._previous_sigterm = None
+        self._previous_sigterm: Callable[[int, FrameType | None], Any] | int | None = None
 
     def start(self, plans: dict) -> None:
         """Start every planned server (role -> plan, or a list of plans for a spec's

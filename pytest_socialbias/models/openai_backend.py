@@ -10,7 +10,7 @@ from .transport import aiohttp_client
 
 
 class OpenAIBackend:
-    def __init__(self, spec, api_key: str, timeout: float, max_retries: int, http_clients=None):
+    def __init__(self, spec, api_key: str | None, timeout: float, max_retries: int, http_clients=None):
         import openai  # lazy: a missing SDK costs nothing until used
 
         self.spec = spec
@@ -79,8 +79,10 @@ def parse_completion(data) -> ChatResponse:
     if not text and message.get("refusal"):
         text = readable_text(str(message["refusal"]), "text", repaired)
         finish_reason = FINISH_CONTENT_FILTER
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    details = usage.get("completion_tokens_details") if isinstance(usage.get("completion_tokens_details"), dict) else {}
+    raw_usage = data.get("usage")
+    usage: dict = raw_usage if isinstance(raw_usage, dict) else {}
+    raw_details = usage.get("completion_tokens_details")
+    details: dict = raw_details if isinstance(raw_details, dict) else {}
     return ChatResponse(
         text=text,
         finish_reason=finish_reason,

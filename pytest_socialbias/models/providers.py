@@ -13,11 +13,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import ConfigError
 from ..registry import Registry
 from .local_backend import DEFAULT_NAME as EMBEDDED_MODEL
+
+if TYPE_CHECKING:
+    from .spec import ModelSpec
 
 #: What a provider can do, each a behaviour the core acts on (``Provider.can``).
 CONSTRAINED_ANSWERS = "constrained answers"  # holds an answer to given choices itself (a grammar)
@@ -42,8 +45,8 @@ DEFAULT_MAX_RETRIES = 5
 class BackendContext:
     """What a backend is built from."""
 
-    spec: object  # ModelSpec
-    key: str | None
+    spec: ModelSpec
+    key: str | None  # None: the SDK reads its own environment variable
     option: str  # the option that named the model, for error messages
     local_threads: int | None = None
     http_clients: dict | None = None  # one shared HTTP client per SDK

@@ -19,6 +19,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import ChatResponse
 
 #: How long a failed replica is left out before it is tried again.
 COOLDOWN_S = 30.0
@@ -40,6 +44,9 @@ class ReplicaBackend:
     """One backend per replica URL, asked in turn as above."""
 
     def __init__(self, urls: tuple, backends: list, cooldown: float = COOLDOWN_S, clock=time.monotonic):
+        if not urls or len(urls) != len(backends):
+            raise ValueError(f"a replica spec needs one backend per URL and at least one URL, got {len(urls)} "
+                             f"URL(s) and {len(backends)} backend(s): list the replicas as M@http://a/v1,http://b/v1")
         self.urls = tuple(urls)
         self.backends = list(backends)
         self.cooldown = cooldown
@@ -64,12 +71,15 @@ class ReplicaBackend:
             return min(healthy, key=lambda i: (self.in_flight[i], self.served[i], i))
         return min(left, key=lambda i: (self.down_until[i], i))  # all out: the soonest back first
 
-    async def complete(self, *args, **kwargs):
+    async def complete(self, *args: Any, **kwargs: Any) -> ChatResponse:
         tried: set = set()
         faults: list[str] = []
+        last: Exception | None = None
         while True:
             index = self._pick(tried)
             if index is None:
+                # every replica was tried and failed (the constructor refuses an empty list)
+                assert last is not None
                 raise last
             tried.add(index)
             self.in_flight[index] += 1

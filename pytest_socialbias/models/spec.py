@@ -194,11 +194,11 @@ def parse_spec(given: str, option: str = "--target") -> ModelSpec:
     provider = match["provider"].lower()
     entry = providers.get(provider)
     if entry is None:
-        known = ", ".join(providers.names())
+        known_providers = ", ".join(providers.names())
         close = difflib.get_close_matches(provider, [str(n) for n in providers.names()], n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
-            f"{option}={raw}: unknown provider {provider!r}{hint}; known providers: {known} "
+            f"{option}={raw}: unknown provider {provider!r}{hint}; known providers: {known_providers} "
             "(use openai:MODEL@URL for any OpenAI-compatible server)"
         )
     model = match["model"].strip()

@@ -60,7 +60,7 @@ class Roles:
     judge: object
     user: object
     system_prompt: str | None = None
-    guard: object = None  # GuardRole or None
+    guard: GuardRole | None = None
     extra_judges: list = field(default_factory=list)  # 2nd, 3rd ... --judge (detector ensembles)
     simulator_check: str = "rules"  # how simulated users' turns are checked (protocols/user_check.py)
     simulator_findings: str = "redraw"  # what a finding does: redraw, or report (flag and keep)

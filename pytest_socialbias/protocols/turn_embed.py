@@ -233,7 +233,7 @@ def forget_shared() -> None:
         _SHARED.clear()
 
 
-def check(text: str, context: uc.UserTurnContext = uc.UserTurnContext(), reading: EmbedReading | None = None,
+def check(text: str, context: uc.UserTurnContext = uc.NO_CONTEXT, reading: EmbedReading | None = None,
           embedder: Embedder | None = None) -> uc.Finding | None:
     """The rules and the learned reading (``turn_model.check``), then, for a turn they pass,
     this reading. Blocking (it runs the model): call it from a thread in async code."""

@@ -282,7 +282,7 @@ def load() -> TurnModel:
 SHIPPED = "shipped"
 
 
-def check(text: str, context: uc.UserTurnContext = uc.UserTurnContext(), model=SHIPPED) -> uc.Finding | None:
+def check(text: str, context: uc.UserTurnContext = uc.NO_CONTEXT, model=SHIPPED) -> uc.Finding | None:
     """The simulated-user check a run makes on a cleaned user message: the word rules
     (``user_check.check_user_turn``), then, for a turn they pass, the learned reading
     (``model``: the shipped one by default; None: the rules alone). The first role break

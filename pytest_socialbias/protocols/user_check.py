@@ -539,6 +539,10 @@ class UserTurnContext:
     name: str | None = None
 
 
+#: The context of a turn checked on its own (no seed, nothing hidden): the checks' default.
+NO_CONTEXT = UserTurnContext()
+
+
 @dataclass(frozen=True)
 class Finding:
     """One role break: its kind (KINDS) and a short reason with the score that fired."""
@@ -812,7 +816,7 @@ def _copy(text: str, reply: str | None) -> str | None:
     return None
 
 
-def check_user_turn(text: str, context: UserTurnContext = UserTurnContext()) -> Finding | None:
+def check_user_turn(text: str, context: UserTurnContext = NO_CONTEXT) -> Finding | None:
     """The first role break the word rules find in a cleaned user message, or None (a run
     reads what they pass again: ``turn_model.check``)."""
     if not text.strip():

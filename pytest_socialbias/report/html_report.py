@@ -399,7 +399,7 @@ def _judge_check(report: dict):
     out.append("</p>")
     rows = []
     for t in check.get("tasks") or []:
-        def stat(name, metric):  # a statistic with its interval where the task carries one
+        def stat(name, metric, t=t):  # a statistic with its interval where the task carries one
             return _value_ci(t.get(name), t.get(f"{name}_low"), t.get(f"{name}_high"), metric)
 
         rows.append(("", [

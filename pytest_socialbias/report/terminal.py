@@ -410,7 +410,7 @@ def judge_check_lines(check: dict) -> list[str]:
     lines = ["", f"judge agreement with {check['file']} ({'; '.join(check['provenance'])}):"]
     rows = []
     for t in check["tasks"]:
-        def num(key, scale=False):
+        def num(key, scale=False, t=t):
             value = t.get(key)
             if value is None:
                 return "-"
