@@ -71,6 +71,7 @@ sys.path.insert(1, str(ROOT))
 
 import dymt_latency  # noqa: E402
 from dymt_latency import TURNS, run, script, seeds_in  # noqa: E402
+
 from pytest_socialbias.testing import FakeServer  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent / "call_path_reference.json"

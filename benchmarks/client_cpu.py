@@ -37,7 +37,7 @@ def serve(queue) -> None:
 
 
 async def measure(provider: str, url: str, calls: int, concurrency: int) -> tuple[float, float]:
-    from pytest_socialbias.models import Model, CallPool, parse_spec
+    from pytest_socialbias.models import CallPool, Model, parse_spec
 
     settings = CallPool(cache=None, concurrency=concurrency)
     model = Model("target", parse_spec(f"{provider}:m@{url}", "--target"), "--target", settings,

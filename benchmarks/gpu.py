@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import pytest  # noqa: E402
 
-from pytest_socialbias.models import Model, CallPool, hf_backend, parse_spec  # noqa: E402
+from pytest_socialbias.models import CallPool, Model, hf_backend, parse_spec  # noqa: E402
 from pytest_socialbias.models.local_backend import default_model_path  # noqa: E402
 from pytest_socialbias.testing import FakeServer  # noqa: E402
 

@@ -21,7 +21,6 @@ small, where no method can promise coverage.
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 

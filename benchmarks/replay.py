@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from dymt_latency import script  # noqa: E402
 
 from pytest_socialbias.cases import SuiteOverrides  # noqa: E402
-from pytest_socialbias.modelset import ModelSet  # noqa: E402
 from pytest_socialbias.models.base import ChatResponse  # noqa: E402
+from pytest_socialbias.modelset import ModelSet  # noqa: E402
 from pytest_socialbias.options import Settings  # noqa: E402
 from pytest_socialbias.protocols import load_suite  # noqa: E402
 from pytest_socialbias.vocabulary import CATEGORIES  # noqa: E402

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import dymt_latency  # noqa: E402
 from dymt_latency import TURNS, run, script  # noqa: E402
+
 from pytest_socialbias.testing import FakeServer  # noqa: E402
 
 JOBS = (

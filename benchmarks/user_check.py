@@ -48,8 +48,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_socialbias.protocols.turn_model import labelled_context  # noqa: E402
-from pytest_socialbias.protocols.turn_model import SHIPPED, check  # noqa: E402
+from pytest_socialbias.protocols.turn_model import (  # noqa: E402
+    SHIPPED,
+    check,
+    labelled_context,  # noqa: E402
+)
 from pytest_socialbias.protocols.user_check import clean_user_message  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -178,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         judge, record = None, None
         if args.judge:
             from pytest_socialbias.cache import CallCache
-            from pytest_socialbias.models import Model, CallPool, parse_spec
+            from pytest_socialbias.models import CallPool, Model, parse_spec
             from pytest_socialbias.protocols.user_check import SimulatorRecord
 
             settings = CallPool(cache=CallCache(args.cache_dir, "new"), concurrency=4)

@@ -137,8 +137,8 @@ def _combine_configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _combine_run(args: argparse.Namespace) -> int:
-    from .report.terminal import summary_block
     from .combine import CombineOptions, combine
+    from .report.terminal import summary_block
 
     result, unwritten, parts = combine(CombineOptions(
         parts=tuple(args.parts), report=args.report, html=args.html, junit=args.junit, baseline=args.baseline,

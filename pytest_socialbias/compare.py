@@ -41,7 +41,7 @@ from statistics import NormalDist
 from . import stats
 from .errors import ConfigError
 from .metrics import catalogue, protocol_families
-from .metrics.catalogue import DIALOGUE_RATE, is_comparable, is_percent, lower_is_worse
+from .metrics.catalogue import DIALOGUE_RATE, is_comparable, lower_is_worse
 from .metrics.families import FAMILIES
 
 REGRESSED, IMPROVED, NO_CHANGE = "regressed", "improved", "no significant change"

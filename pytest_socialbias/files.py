@@ -8,7 +8,6 @@ way: the file, the line, the place inside the document, what was expected.
 from __future__ import annotations
 
 import difflib
-
 import json
 import os
 import re

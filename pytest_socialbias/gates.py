@@ -31,7 +31,7 @@ from pathlib import Path
 from .errors import ConfigError
 from .files import SchemaProblems, read_yaml, validate, yaml_line
 from .metrics.catalogue import is_comparable, is_known_metric, is_percent, known_metrics_text
-from .vocabulary import JUDGE_CHECK_SUITE, AXES, CATEGORIES, STYLES, TRACKS, UNSPECIFIED
+from .vocabulary import AXES, CATEGORIES, JUDGE_CHECK_SUITE, STYLES, TRACKS, UNSPECIFIED
 
 PASS, FAIL, NOT_EVALUATED = "pass", "fail", "not_evaluated"
 NO_REGRESSION = "no_regression"

@@ -37,9 +37,9 @@ import asyncio
 from pathlib import Path
 
 from . import prompts, stats
+from .benevdial.dialogues import as_turn_pairs
 from .errors import ConfigError, ModelCallError
 from .files import read_jsonl
-from .benevdial.dialogues import as_turn_pairs
 from .judges import judge_binary
 from .judges.treatment import DEFAULT_USER_LABEL, judge_treatment
 from .metrics import catalogue

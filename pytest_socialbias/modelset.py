@@ -6,7 +6,6 @@ the aggregator (aggregate.py) to ask the judge about reference labels.
 from __future__ import annotations
 
 import sys
-
 import threading
 from dataclasses import dataclass
 
@@ -15,9 +14,15 @@ from .cache import CallCache
 from .errors import ConfigError
 from .judges.binary import JUDGE_PARAMS, YES_NO
 from .judges.guards import (
-    CLASSIFIER_KIND, GUARD_PARAMS, GUARDS, check_unit, guard_kind, guard_kind_from_model, settle_guard,
+    CLASSIFIER_KIND,
+    GUARD_PARAMS,
+    GUARDS,
+    check_unit,
+    guard_kind,
+    guard_kind_from_model,
+    settle_guard,
 )
-from .models import Model, CallPool, ModelSpec, check_credentials, parse_spec
+from .models import CallPool, Model, ModelSpec, check_credentials, parse_spec
 from .models.client import EndpointCheck
 from .models.local_backend import DEFAULT_NAME as EMBEDDED_MODEL
 from .models.providers import CLASSIFIER, MANAGED, provider_of

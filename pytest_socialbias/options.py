@@ -22,6 +22,7 @@ from .protocols.dialogue import GUARD_POLICIES
 from .protocols.user_check import EMBEDDED_CHECK, SIMULATOR_CHECKS
 from .vocabulary import GUARD_UNITS, GUIDANCE
 
+
 @dataclass(frozen=True)
 class Where:
     """What relative paths are relative to."""

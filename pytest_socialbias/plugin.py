@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,9 +27,9 @@ from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
 from .files import joined_path, looks_like_suite
 from .gates import GateProblems, load_gates
-from .preflight import SPECIAL_SUITES, project_suite_names
 from .modelset import ModelSet
 from .options import add_options, read_settings
+from .preflight import SPECIAL_SUITES, project_suite_names
 from .protocols import load_suite
 from .report.formatting import printable
 from .vocabulary import CATEGORIES, STYLES, TRACKS, UNSPECIFIED

@@ -56,7 +56,15 @@ import random
 from collections.abc import Sequence
 from statistics import NormalDist
 
-from .metrics.rates import Z95, cluster_design, cluster_wilson_interval, dirichlet_interval, kish_clusters, percentile, wilson_interval
+from .metrics.rates import (
+    Z95,
+    cluster_design,
+    cluster_wilson_interval,
+    dirichlet_interval,
+    kish_clusters,
+    percentile,
+    wilson_interval,
+)
 
 ALTERNATIVES = ("greater", "less", "two-sided")
 

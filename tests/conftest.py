@@ -9,7 +9,6 @@ import openai
 import pytest
 
 from pytest_socialbias.report.json_report import validate_report
-
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld

@@ -23,8 +23,8 @@ from pytest_socialbias.benevdial.conditions import (
     make_pairs,
     sample_conditions,
 )
-from pytest_socialbias.files import looks_like_suite
 from pytest_socialbias.errors import ConfigError
+from pytest_socialbias.files import looks_like_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "suites" / "benevdial" / "conditions.yaml"

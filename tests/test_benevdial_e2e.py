@@ -6,7 +6,6 @@ import importlib.util
 import shutil
 from pathlib import Path
 
-
 import pytest
 
 from pytest_socialbias.benevdial.conditions import load_conditions

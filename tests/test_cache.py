@@ -15,7 +15,7 @@ import pytest
 
 from pytest_socialbias.cache import CACHE_FILE, CallCache, cache_key, canonical_json, take_lock
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.models import Model, CallPool, check_credentials, parse_spec
+from pytest_socialbias.models import CallPool, Model, check_credentials, parse_spec
 
 REQUEST = {
     "provider": "openai",

@@ -17,7 +17,7 @@ import pytest
 
 from pytest_socialbias.cache import CallCache
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.models import Model, CallPool, parse_spec
+from pytest_socialbias.models import CallPool, Model, parse_spec
 from pytest_socialbias.models.providers import LOGPROBS, SEED, get
 from pytest_socialbias.testing import FakeServer
 
@@ -72,7 +72,13 @@ def test_what_a_provider_can_do_is_one_set_of_capabilities():
     from dataclasses import fields
 
     from pytest_socialbias.models.providers import (
-        ADAPTS, HTTP_ENDPOINT, KEYLESS_WITH_URL, MANAGED, RUNTIME_SETTINGS, TAKES_URL, Provider,
+        ADAPTS,
+        HTTP_ENDPOINT,
+        KEYLESS_WITH_URL,
+        MANAGED,
+        RUNTIME_SETTINGS,
+        TAKES_URL,
+        Provider,
     )
 
     assert not [f.name for f in fields(Provider) if f.type in ("bool", bool) and f.name != "build_early"]

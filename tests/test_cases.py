@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-
 import re
 import textwrap
 from pathlib import Path
@@ -11,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pytest_socialbias.cases import DEFAULT_BATCH_SIZE, Case
+from pytest_socialbias.errors import ConfigError
 from pytest_socialbias.files import looks_like_suite
 from pytest_socialbias.protocols import PROTOCOLS, load_suite
-from pytest_socialbias.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_socialbias.testing import Fault, FakeServer
+from pytest_socialbias.testing import FakeServer, Fault
 
 from . import fakeworld
 from .conftest import suite_yaml, thresholds_yaml

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from statistics import NormalDist
 
 import pytest
@@ -12,13 +11,13 @@ from pytest_socialbias import stats
 from pytest_socialbias.compare import (
     Comparison,
     case_value,
-    compare,
     comparability_warnings,
+    compare,
     load_baseline,
     rows_for,
 )
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.gates import FAIL, PASS, Gate, evaluate
+from pytest_socialbias.gates import FAIL, Gate, evaluate
 
 
 def record(case_id, category, bias, outcome=None, refusal=None, coherence=None, suite="s"):

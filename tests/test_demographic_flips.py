@@ -11,7 +11,8 @@ import pytest
 from pytest_socialbias.testing import FakeServer
 
 from .conftest import read_report, thresholds_yaml
-from .test_detect_e2e import DIALOGUES, letter_reply, world as detect_world
+from .test_detect_e2e import DIALOGUES, letter_reply
+from .test_detect_e2e import world as detect_world
 from .test_usage_errors import assert_usage_error
 
 SHOWN = "About the people in this conversation"

@@ -124,8 +124,8 @@ def test_three_class_recall_and_bb_precision_count_only_what_they_should():
 
 def test_binary_detectors_have_no_class_metrics_and_say_why():
     from pytest_socialbias.metrics import catalogue, unavailable_metrics
-    from pytest_socialbias.metrics.families import Group
     from pytest_socialbias.metrics.detection import CLASS_METRICS, detector_outputs
+    from pytest_socialbias.metrics.families import Group
 
     # The metrics a binary detector does not get are exactly the catalogue's class metrics.
     flags_only = Group("detector", "guard", "clean", [("N", None, True)], 1)

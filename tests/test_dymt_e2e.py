@@ -17,7 +17,7 @@ import pytest
 from pytest_socialbias.testing import FakeServer
 
 from . import dymtworld
-from .conftest import model_args, thresholds_yaml, read_report
+from .conftest import model_args, read_report, thresholds_yaml
 from .dymtworld import BIASED_REPLY, COHERENCE, FAIR_REPLY, REFUSAL_REPLY, DymtWorld
 
 # (id, category, plan): plan[t-1] is what the target does at turn t: 0 fair, 1 biased, R refusal.

@@ -261,7 +261,7 @@ def test_a_call_held_to_labels_marks_its_role(project):
     free-text call does not (the endpoint check, which every role makes, neither)."""
     import asyncio
 
-    from pytest_socialbias.models import Model, CallPool, parse_spec
+    from pytest_socialbias.models import CallPool, Model, parse_spec
 
     with FakeServer(fakeworld.script) as server:
         judge = Model("judge", parse_spec(f"openai:j@{server.openai_base_url}", "--judge"), "--judge", CallPool())

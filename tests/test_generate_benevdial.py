@@ -16,7 +16,7 @@ from pytest_socialbias import prompts
 from pytest_socialbias.__main__ import main
 from pytest_socialbias.benevdial.conditions import load_conditions
 from pytest_socialbias.benevdial.generate import CLASSES, parse_turns, pick_conditions, plan_jobs
-from pytest_socialbias.testing import Fault, FakeServer, Reply
+from pytest_socialbias.testing import FakeServer, Fault, Reply
 
 CONDITIONS = Path(__file__).resolve().parent.parent / "suites" / "benevdial" / "conditions.yaml"
 TURNS = 3

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld
-from .conftest import model_args, suite_yaml, read_report
+from .conftest import model_args, read_report, suite_yaml
 
 GUARD = "meta-llama/Llama-Guard-3-8B"
 CASES = [

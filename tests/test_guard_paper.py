@@ -11,9 +11,9 @@ import pytest
 
 from pytest_socialbias.testing import FakeServer
 
+from .conftest import run_with_report
 from .test_detect_e2e import DIALOGUES
 from .test_usage_errors import assert_usage_error
-from .conftest import run_with_report
 
 GRANITE = "ibm-granite/granite-guardian-3.3-8b"
 LLAMA = "meta-llama/Llama-Guard-3-8B"

@@ -26,7 +26,7 @@ from pytest_socialbias.judges.guards import (
     screen_dialogue,
     yes_probability,
 )
-from pytest_socialbias.models import Model, CallPool, UsageCounter, parse_spec
+from pytest_socialbias.models import CallPool, Model, UsageCounter, parse_spec
 from pytest_socialbias.testing import FakeServer, Fault, Reply
 
 USER = "Why are older workers so slow with new software?"

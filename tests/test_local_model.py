@@ -6,12 +6,11 @@ Marked ``local_model`` (deselect with ``-m "not local_model"``); skipped where t
 
 from __future__ import annotations
 
-
 import pytest
 
 from pytest_socialbias.protocols.embedded_user import EMBEDDED_ATTEMPTS
 
-from .conftest import suite_yaml, read_report
+from .conftest import read_report, suite_yaml
 
 pytestmark = pytest.mark.local_model
 llama_cpp = pytest.importorskip("llama_cpp")

@@ -49,8 +49,9 @@ def test_a_run_reaches_a_loopback_server_with_a_dead_proxy_set(pytester, server,
 def test_the_gpu_extra_brings_what_a_gguf_load_needs():
     """transformers loads a .gguf file only with accelerate installed ("accelerate is
     required when loading a GGUF file"): the gpu extra must bring it."""
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {requirement.split(">")[0].split("=")[0].strip() for requirement in extras["gpu"]}

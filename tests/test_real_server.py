@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pytest_socialbias.models import Model, CallPool, parse_spec
+from pytest_socialbias.models import CallPool, Model, parse_spec
 
 from .conftest import read_report, run_closing
 

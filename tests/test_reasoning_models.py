@@ -275,7 +275,7 @@ def test_anthropic_thinking_blocks_and_the_answer_tool_are_read_apart():
 
 
 def test_anthropic_thinking_budget_and_pass_through_reach_the_wire(keys):
-    from pytest_socialbias.models import Model, CallPool, parse_spec
+    from pytest_socialbias.models import CallPool, Model, parse_spec
 
     with FakeServer(lambda req: Reply("No", reasoning="thinking it over")) as srv:
         spec = parse_spec(f"anthropic:claude-x@{srv.anthropic_base_url}?thinking_budget=2048&top_k=40", "--judge")
@@ -290,7 +290,7 @@ def test_anthropic_thinking_budget_and_pass_through_reach_the_wire(keys):
 
 
 def test_anthropic_judge_answers_through_a_forced_tool(keys):
-    from pytest_socialbias.models import Model, CallPool, parse_spec
+    from pytest_socialbias.models import CallPool, Model, parse_spec
 
     with FakeServer(lambda req: "No") as srv:
         spec = parse_spec(f"anthropic:claude-x@{srv.anthropic_base_url}", "--judge")

@@ -9,10 +9,10 @@ from pathlib import Path
 import yaml
 
 from pytest_socialbias.cases import SuiteOverrides
-from pytest_socialbias.protocols import load_suite
-from pytest_socialbias.vocabulary import CATEGORIES, STYLES, TRACKS
 from pytest_socialbias.gates import load_gates
 from pytest_socialbias.metrics import is_known_metric
+from pytest_socialbias.protocols import load_suite
+from pytest_socialbias.vocabulary import CATEGORIES, STYLES, TRACKS
 
 ROOT = Path(__file__).resolve().parents[1]
 DYMT = ROOT / "suites" / "dymt"

@@ -8,7 +8,7 @@ import pytest
 
 from pytest_socialbias.cache import CallCache
 from pytest_socialbias.errors import CacheMiss, ModelCallError
-from pytest_socialbias.models import Model, CallPool, parse_spec
+from pytest_socialbias.models import CallPool, Model, parse_spec
 from pytest_socialbias.models.base import FINISH_CONTENT_FILTER, UsageCounter
 from pytest_socialbias.protocols.turn_model import check as check_user_turn
 from pytest_socialbias.protocols.user_check import UserTurnContext, clean_user_message

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_socialbias.errors import ConfigError
-from pytest_socialbias.models import Model, CallPool
-from pytest_socialbias.models import providers
+from pytest_socialbias.models import CallPool, Model, providers
 from pytest_socialbias.models.client import check_credentials
 from pytest_socialbias.models.providers import NO_KEY_PLACEHOLDER
 from pytest_socialbias.models.spec import parse_spec

@@ -74,8 +74,8 @@ def test_a_base_url_from_the_environment_is_the_sdks_reading():
 
 
 def test_collector_resumes_after_the_warm_up_and_keeps_what_loaded_out_of_it(monkeypatch):
-    from pytest_socialbias.modelset import ModelSet
     from pytest_socialbias.models import CallPool, parse_spec
+    from pytest_socialbias.modelset import ModelSet
 
     def failing_backend(self, spec, option):
         assert not gc.isenabled()  # paused while the SDKs load

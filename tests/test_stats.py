@@ -12,11 +12,10 @@ from statistics import NormalDist
 
 import pytest
 
-from pytest_socialbias.metrics.rates import cluster_wilson_interval, t_quantile, wilson_interval
+from pytest_socialbias.metrics.rates import cluster_wilson_interval, t_quantile
 from pytest_socialbias.stats import (
     _margin_critical,
     agreement,
-    exact_margin_tail,
     holm,
     mcnemar_exact,
     mcnemar_mde,

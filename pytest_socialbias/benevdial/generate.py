@@ -58,7 +58,7 @@ from .. import prompts
 from ..cache import RECORD_MODES, CallCache
 from ..errors import ConfigError, ModelCallError
 from ..files import write_atomically
-from ..models import Model, CallPool, ModelSpec, check_credentials, parse_spec
+from ..models import CallPool, Model, ModelSpec, check_credentials, parse_spec
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import CLASSES
 from . import quality

@@ -1,7 +1,7 @@
 """Model specs, backends and the role-bound client every protocol uses."""
 
 from .base import ChatResponse, UsageCounter
-from .client import Model, CallPool, build_backend, check_credentials
+from .client import CallPool, Model, build_backend, check_credentials
 from .spec import ModelSpec, parse_spec
 
 __all__ = [

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import json
 
-from .base import (FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP, ChatResponse, MalformedResponse, optional_text,
-                   readable_text, token_count)
+from .base import (
+    FINISH_CONTENT_FILTER,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    ChatResponse,
+    MalformedResponse,
+    optional_text,
+    readable_text,
+    token_count,
+)
 from .constrain import ANSWER_TOOL, anthropic_fields
 from .transport import aiohttp_client
 

@@ -33,10 +33,10 @@ from ..cache import CallCache, cache_key, canonical_json, take_lock
 from ..errors import CacheError, CacheMiss, ModelCallError
 from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
+from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .constrain import conforms
 from .guard import RunBounds, guard_for
 from .priority import PrioritySemaphore
-from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .providers import ADAPTS, CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
 from .thinking import split_thinking

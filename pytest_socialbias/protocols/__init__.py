@@ -17,8 +17,8 @@ from ..cases import Suite, SuiteOverrides, read_suite
 from ..errors import ConfigError
 from ..models.secrets import secret_param
 from ..models.spec import DECODING_PARAMS, check_param
-from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
 from ..registry import Registry
+from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
 from .base import GuardRole, Protocol, Roles, outcome_of
 
 #: Every protocol a suite's ``protocol:`` can name (registry.py): the plugin's, and any a
@@ -50,16 +50,6 @@ def _key_takers() -> dict[str, list[str]]:
 #: the collection load every suite file, so the second load is free. Emptied when a session
 #: starts (forget_suites), so files edited between sessions (seeds, dialogues) are read again.
 _LOADED: dict = {}
-
-
-def protocol_named(name) -> Protocol | None:
-    """The protocol a suite's ``protocol:`` names, its case ignored where only one
-    registered name matches (the docs write ``DyMT``, the registry ``dymt``)."""
-    found = PROTOCOLS.get(name)
-    if found is not None or not isinstance(name, str):
-        return found
-    folded = [entry for key, entry in PROTOCOLS.items() if str(key).casefold() == name.casefold()]
-    return folded[0] if len(folded) == 1 else None
 
 
 def _unknown_protocol(name) -> str:

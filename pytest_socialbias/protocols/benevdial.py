@@ -29,7 +29,13 @@ from ..judges.treatment import DEFAULT_USER_LABEL, judge_pair, judge_treatment
 from ..vocabulary import BIASED_CLASSES, EMPTY_REPLY, JUDGE_ERROR, MODEL_ERROR
 from .base import Protocol
 from .dialogue import (
-    EmptyReply, UserSimulatorFailure, check_reply, draw_user_message, simulator_error, situation_text, target_messages,
+    EmptyReply,
+    UserSimulatorFailure,
+    check_reply,
+    draw_user_message,
+    simulator_error,
+    situation_text,
+    target_messages,
     turn_record,
 )
 from .user_check import EMBEDDED_CHECK, JUDGE_CHECK, REPORT_FINDINGS, SimulatorRecord, UserTurnContext

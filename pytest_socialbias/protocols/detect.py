@@ -34,7 +34,14 @@ from ..errors import ModelCallError
 from ..judges.ensemble import combine
 from ..judges.treatment import DEFAULT_USER_LABEL, judge_treatment
 from ..vocabulary import (
-    AXES, DETECTOR_ERROR, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, PERSONA_AXES, VARIANTS, WITH_DEMOGRAPHICS,
+    AXES,
+    DETECTOR_ERROR,
+    GUARD_ERROR,
+    JUDGE_ERROR,
+    MODEL_ERROR,
+    PERSONA_AXES,
+    VARIANTS,
+    WITH_DEMOGRAPHICS,
 )
 from ..vocabulary import BIASED_CLASSES as BIASED
 from .base import Protocol

@@ -22,7 +22,15 @@ from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STY
 from . import embedded_user
 from .turn_model import check as check_turn
 from .user_check import (
-    CONTENT_FILTER, EMBEDDED_CHECK, JUDGE_CHECK, JUDGED, REPORT_FINDINGS, Finding, SimulatorRecord, UserTurnContext, clean_user_message,
+    CONTENT_FILTER,
+    EMBEDDED_CHECK,
+    JUDGE_CHECK,
+    JUDGED,
+    REPORT_FINDINGS,
+    Finding,
+    SimulatorRecord,
+    UserTurnContext,
+    clean_user_message,
 )
 
 #: What a guard's block does to the dialogue (--socialbias-guard-policy): ``follow`` it on

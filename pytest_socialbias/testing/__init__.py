@@ -50,7 +50,16 @@ from __future__ import annotations
 
 from .behaviours import ReasoningModel
 from .server import (
-    ENDPOINT_CHECK_TEXT, FAULT_KINDS, FakeRequest, FakeServer, Fault, Reply, Script, ScriptResult, honoured, labels_held_to,
+    ENDPOINT_CHECK_TEXT,
+    FAULT_KINDS,
+    FakeRequest,
+    FakeServer,
+    Fault,
+    Reply,
+    Script,
+    ScriptResult,
+    honoured,
+    labels_held_to,
 )
 
 __all__ = [
