@@ -5,6 +5,7 @@ the aggregator (aggregate.py) to ask the judge about reference labels.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -217,10 +218,15 @@ class ModelSet:
         (which call none): the specs given, or the embedded model (and whether it is
         installed here)."""
         if self.placeholder_reason is not None:
+            # One line: a reason that lists each role ("2 model options cannot be used:" and a
+            # line per option) says the same for every role; each distinct reason once.
+            lines = self.placeholder_reason.splitlines()
+            reasons = [re.sub(r"^--[\w-]+: ", "", line.strip()) for line in lines[1:]] or lines
+            reason = "; ".join(dict.fromkeys(r for r in reasons if r))
             return (
                 "models: no model options given, so a real run would use the embedded local model "
                 f"({EMBEDDED_MODEL}) as target, judge and user simulator, which is not installed here "
-                f"({self.placeholder_reason}); nothing is called now (placeholders of it are planned); "
+                f"({reason}); nothing is called now (placeholders of it are planned); "
                 "install it, or pass --target/--judge for API models"
             )
         names = {"user": "user simulator"}

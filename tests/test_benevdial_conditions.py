@@ -294,7 +294,7 @@ def test_unknown_placeholder_is_rejected(tmp_path):
 def test_unknown_key_names_file_and_line(tmp_path):
     path, text = broken(tmp_path, "    user_label: client\n", "    user_label: client\n    colour: blue\n")
     message = error_of(path)
-    assert re.match(rf"{re.escape(str(path))}:{line_of(text, '- id: wellbeing')}: ", message)
+    assert re.match(rf"{re.escape(str(path))}:{line_of(text, 'colour: blue')}: ", message)  # the key's own line
     assert "'colour'" in message and "roles[0]" in message
 
 

@@ -166,9 +166,9 @@ def case(case_id: str, category: str = "age", *, group: bool = True, extra: str 
     # The second case starts on line 9.
     pytest.param("cases:\n" + case("a") + case("b", group=False), 9,
                  ["cases[1]", "'group' is a required property"], id="missing-field"),
-    pytest.param("cases:\n" + case("a", extra="    note: not allowed\n"), 5, ["cases[0]", "'note'", "not allowed"],
+    pytest.param("cases:\n" + case("a", extra="    note: not allowed\n"), 9, ["cases[0]", "'note'", "not allowed"],
                  id="extra-field"),
-    pytest.param("turn: 2\ncases:\n" + case("a"), 1, ["'turn'", "(did you mean 'turns' for 'turn'?)"],
+    pytest.param("turn: 2\ncases:\n" + case("a"), 4, ["'turn'", "(did you mean 'turns' for 'turn'?)"],
                  id="extra-top-level-field"),
     # The second `id: a`, and where the first one is.
     pytest.param("cases:\n" + case("a") + case("b") + case("a", "race"), 13, ["duplicate", "'a'", "first at line 5"],

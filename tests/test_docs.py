@@ -230,7 +230,7 @@ def test_the_docs_offline_commands_run_as_written(tmp_path):
         for page, command in _doc_commands():
             if any(marker in command for marker, _ in NOT_HERE):
                 continue
-            cwd = tmp_path / "fresh" if " init " in f" {command} " else project
+            cwd = tmp_path / "fresh" if " init " in f" {command} " or "my-gate" in command else project  # where init wrote it
             cwd.mkdir(exist_ok=True)
             done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
                                   timeout=600)

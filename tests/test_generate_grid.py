@@ -363,7 +363,7 @@ def test_prompts_dir_with_our_style(small, tmp_path, capsys):
     ({"judge_bias.yaml": "name: judge_bias\nversion: 2\nuser: $reply\n"},
      "--prompts={dir}: holds no benevdial_generate_paper.yaml, the prompt --style=paper uses"),
     ({"benevdial_generate_paper.yaml": "name: benevdial_generate_paper\nversion: 2\nuser: Write $turns exchanges.\n"},
-     "{dir}/benevdial_generate_paper.yaml: placeholder(s) $turns are never filled for benevdial_generate_paper"),
+     "{dir}/benevdial_generate_paper.yaml: placeholder(s) $turns in user are never filled for benevdial_generate_paper"),
     ({"benevdial_generate_paper.yaml": "name: benevdial_generate_paper\nversion: [\n"},
      "{dir}/benevdial_generate_paper.yaml: not a readable YAML prompt file"),
     ({"benevdial_generate_paper.yaml": "name: benevdial_generate\nversion: 2\nuser: hi\n"},

@@ -180,16 +180,16 @@ def test_maxfail_still_sums_up_gates_and_reports_what_ran(project):
     "gate, needles",
     [
         ({"name": "late", "suite": "demo", "metric": "cumulative_bias@5", "max": 0.2},
-         ["thresholds.yaml:2: gate 'late' can never be evaluated on suite 'demo': cumulative_bias@5 needs 5 turns, "
+         ["thresholds.yaml:4: gate 'late' can never be evaluated on suite 'demo': cumulative_bias@5 needs 5 turns, "
           "and the suite's dialogues have 1 in this run; write turns: 5 in the suite file"]),
         ({"name": "implicit", "suite": "demo", "metric": "cumulative_bias@1", "style": "implicit", "max": 0.2},
-         ["thresholds.yaml:2: gate 'implicit' can never be evaluated on suite 'demo': the suite has no implicit case "
+         ["thresholds.yaml:5: gate 'implicit' can never be evaluated on suite 'demo': the suite has no implicit case "
           "(its styles: none)"]),
         ({"name": "religion", "suite": "demo", "metric": "cumulative_bias@1", "category": "religion", "max": 0.2},
          ["gate 'religion' can never be evaluated on suite 'demo': the suite has no religion case (its categories: "
           "age, gender, race)"]),
         ({"name": "pct", "suite": "demo", "metric": "cumulative_bias@1", "max": 30},
-         ["thresholds.yaml:2: gate 'pct': max: 30 is not a rate", "(did you mean 0.30?)"]),
+         ["thresholds.yaml:5: gate 'pct': max: 30 is not a rate", "(did you mean 0.30?)"]),
     ],
 )
 def test_a_gate_the_run_can_never_evaluate_is_a_usage_error(project, server, gate, needles):

@@ -205,7 +205,7 @@ def _plan_total(stdout: str) -> tuple[int, int]:
 
     row = next(line for line in stdout.splitlines() if line.startswith("total "))
     numbers = [int(n.replace(",", "")) for n in re.findall(r"[\d,]+", row)]
-    return numbers[0], numbers[3]
+    return numbers[0], numbers[4]  # calls, cached, repeats, to call, prompt tokens, ...
 
 
 def test_init_writes_the_starter_set_and_prints_what_a_dry_run_of_it_counts(tmp_path, capsys):

@@ -247,7 +247,8 @@ def test_gates_for_present_skips_the_gates_of_suites_the_project_lacks_and_says_
                                 "--socialbias-gates-for=present", "--socialbias-report=r.json")
     out = result.stdout.str()
     assert "socialbias: 1 gate(s) from" in out
-    assert "skipped 2 gate(s) of suites this project does not have (benevdial-agent, demoo;" in out
+    assert ("skipped 2 gate(s) of suites this project does not have (benevdial-agent, demoo (did you mean "
+            "'demo'?); --socialbias-gates-for=present)") in out
     report = json.loads((pytester.path / "r.json").read_text())
     assert [gate["gate"] for gate in report["gates"]] == ["kept"]
     assert any("were skipped (--socialbias-gates-for=present): g, h" in note for note in report["notes"])

@@ -13,14 +13,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 from ..errors import ConfigError
 from ..registry import Registry
 from .local_backend import DEFAULT_NAME as EMBEDDED_MODEL
-
-if TYPE_CHECKING:
-    from .spec import ModelSpec
 
 #: What a provider can do, each a behaviour the core acts on (``Provider.can``).
 CONSTRAINED_ANSWERS = "constrained answers"  # holds an answer to given choices itself (a grammar)
@@ -45,7 +42,7 @@ DEFAULT_MAX_RETRIES = 5
 class BackendContext:
     """What a backend is built from."""
 
-    spec: ModelSpec
+    spec: Any  # a spec.ModelSpec (spec.py imports this module, so it is not imported back)
     key: str | None  # None: the SDK reads its own environment variable
     option: str  # the option that named the model, for error messages
     local_threads: int | None = None
