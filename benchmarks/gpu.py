@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -76,9 +77,12 @@ def main() -> int:
     ids += [f"gender-{i:03d}" for i in range(1, max(0, args.seeds - 40) + 1)]
     with tempfile.TemporaryDirectory() as folder, FakeServer(judge) as server:
         work = Path(folder)
+        # A suite's files must lie inside the project (pytest's rootdir, here the folder).
+        seeds = work / "seeds.yaml"
+        shutil.copyfile(ROOT / "suites" / "dymt" / "seeds.yaml", seeds)
         (work / "bench.yaml").write_text(
             f"socialbias: 1\nsuite: bench\nprotocol: dymt\nturns: {args.turns}\nstyles: [implicit]\n"
-            f"seeds: {ROOT / 'suites/dymt/seeds.yaml'}\n"
+            f"seeds: {seeds}\n"
         )
         previous = os.getcwd()
         os.chdir(work)

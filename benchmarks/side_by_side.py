@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import dymt_latency  # noqa: E402
-from dymt_latency import TURNS, run, script  # noqa: E402
+from dymt_latency import TURNS, run, script, seeds_in  # noqa: E402
 
 from pytest_socialbias.testing import FakeServer  # noqa: E402
 
@@ -64,7 +64,7 @@ def main() -> None:
         dymt_latency.ENV["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
         (folder / "bench.yaml").write_text(
             "socialbias: 1\nsuite: dymt\nprotocol: dymt\n"
-            f"seeds: {ROOT / 'suites' / 'dymt' / 'seeds.yaml'}\nstyles: [assessment]\nturns: {TURNS}\n"
+            f"seeds: {seeds_in(folder)}\nstyles: [assessment]\nturns: {TURNS}\n"
         )
         with FakeServer(script) as server:  # uncounted: writes the bytecode cache
             one_run(server, folder, "age", args.workers)
