@@ -9,7 +9,8 @@ catches the next regression (issue 44). Not a timed test: it measures and prints
 
 The jobs, against the loopback fake server (benchmarks/dymt_latency.py's script), one
 style, 5 turns, each run a whole pytest process (start-up, collection, SDK import, every
-call, the report; with -n 2 the controller and both workers):
+call, the report; with -n 2 the controller and both workers; the project's dev-only pytest
+plugins, pytest-randomly, -reverse and -timeout, blocked as a user's CI has none of them):
 
 * ``dymt-500ms``: 80 seeds (age, gender), 500 ms a call, -n 0: 2,000 calls; bound: the
   critical path, 5 turns x 2 sequential calls + the last judge call = 5.5 s;
