@@ -160,6 +160,11 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(value, dict):
             raise ConfigError(f"{place}: expected a JSON object with the fields {', '.join(args.raters)}")
         rows.append(value)
+    absent = [name for name in args.raters if not any(row.get(name) is not None for row in rows)]
+    if absent:
+        found = sorted({str(key) for row in rows for key in row})
+        raise ConfigError(f"{args.file}: no item has a label in {', '.join(absent)}: --raters names the fields that "
+                          f"hold each rater's label (the items' fields: {', '.join(found) or 'none'})")
     report = agreement_report(rows, args.raters, args.share, args.seed)
     for line in summary_lines(report):
         print(line)

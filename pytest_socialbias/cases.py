@@ -109,6 +109,8 @@ class SuiteOverrides:
     demographic_flips: bool | None = None  # --socialbias-demographic-flips (detector suites)
     dialogues: Path | None = None  # --socialbias-dialogues (detector suites)
     guard_unit: str | None = None  # --socialbias-guard-unit (detector suites)
+    preset: str | None = None  # --socialbias-preset: every suite's preset: (none: dropped)
+    simulator_findings: str | None = None  # --socialbias-simulator-findings: over every suite's
     #: The folder the files a suite names must lie in (pytest's rootdir); None: anywhere
     #: (--socialbias-allow-outside-files, or a suite loaded outside a run).
     root: Path | None = None

@@ -19,8 +19,8 @@ from .errors import ConfigError
 from .files import joined_path
 from .judges.guards import GUARDS
 from .protocols.dialogue import GUARD_POLICIES
-from .protocols.user_check import EMBEDDED_CHECK, SIMULATOR_CHECKS
-from .vocabulary import GUARD_UNITS, GUIDANCE
+from .protocols.user_check import EMBEDDED_CHECK, SIMULATOR_CHECKS, SIMULATOR_FINDINGS
+from .vocabulary import GUARD_UNITS, GUIDANCE, NO_PRESET, PRESETS
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,24 @@ OPTIONS: tuple[Option, ...] = (
                "embedded model's sentence vectors: needs the local extra, about 0.1 s a draw and 230 MB a process on two CPU cores) or judge (the rules "
                "and the learned reading, "
                "then the judge asks whether the turn reveals the test or states the stereotype and whether it "
-               "follows from the conversation; two judge calls per turn, cached); a flagged turn is drawn again")),
+               "follows from the conversation; two judge calls per turn, cached); a flagged turn is drawn again "
+               "unless findings only report (--socialbias-simulator-findings)")),
+    Option("--socialbias-simulator-findings", "socialbias_simulator_findings", "simulator_findings", metavar="WHAT",
+           choices=SIMULATOR_FINDINGS, help=(
+               "what a finding of the simulated-user checks (--socialbias-simulator-check) does in every suite, "
+               "over its simulator_findings: and its preset: redraw (the flagged draw is drawn again, up to 3 "
+               "draws, 5 for the embedded model, then the case is an error; the default) or report (the first "
+               "draw is sent whatever the checks find, as the papers' protocols do; each finding is flagged and "
+               "counted, and the summary and the reports give the flagged share per kind and the metrics with "
+               "and without the flagged dialogues)")),
+    Option("--socialbias-preset", "socialbias_preset", "preset", metavar="PRESET", choices=PRESETS + (NO_PRESET,),
+           help=(
+               "as if every suite said preset: PRESET. paper = the papers' settings where ours differ: "
+               "simulated-user checks only report; BenevDial judges decode at temperature 0.6, top_p 0.9, "
+               "max_tokens 2000; detector suites run all seven variants with variant_scope paper and mask_token "
+               "[unused0]; a suite's own simulator_findings:, judge_params: (name by name), variants:, "
+               "variant_scope: and mask_token: still win. none = every suite without its preset: (default: "
+               "each suite's own)")),
     Option("--socialbias-gpus", "socialbias_gpus", "gpus", metavar="IDS", parse=_gpus, help=(
         "GPUs for the servers the run starts (vllm:, server:; split between workers with placement=worker, or "
         "between replicas=) and for hf: models (one per worker, round robin): indices into the GPUs this process "
@@ -325,6 +342,8 @@ class Settings:
     guard_kind: str | None = None
     guard_policy: str = "follow"
     simulator_check: str = "rules"
+    simulator_findings: str | None = None  # None: each suite's (redraw unless it says)
+    preset: str | None = None  # None: each suite's preset:; NO_PRESET: none
     guard_risk: str | None = None
     gpus: str | None = None
     server_timeout: float | None = None
@@ -380,6 +399,8 @@ class Settings:
             demographic_flips=self.demographic_flips or None,
             dialogues=self.dialogues,
             guard_unit=self.guard_unit,
+            preset=self.preset,
+            simulator_findings=self.simulator_findings,
             root=None if self.allow_outside_files else self.root,
         )
 
@@ -388,10 +409,11 @@ class Settings:
 HELP_GROUPS = (
     ("socialbias", "social-bias release gates (pytest-socialbias): models",
      ("--target", "--judge", "--user-model", "--socialbias-system-prompt", "--socialbias-prompts",
-      "--socialbias-simulator-check")),
+      "--socialbias-simulator-check", "--socialbias-simulator-findings")),
     ("socialbias-run", "social-bias: running the cases",
      ("--socialbias-record", "--socialbias-miss-hint", "--socialbias-cache-dir", "--socialbias-dry-run", "--socialbias-concurrency",
-      "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample", "--socialbias-allow-outside-files")),
+      "--socialbias-batch-size", "--socialbias-turns", "--socialbias-sample", "--socialbias-preset",
+      "--socialbias-allow-outside-files")),
     ("socialbias-shards", "social-bias: one run over several machines",
      ("--socialbias-shard", "--socialbias-partial")),
     ("socialbias-decision", "social-bias: the release decision",

@@ -33,7 +33,8 @@ PARTIAL_VERSION = 1
 RESULT_SETTINGS = (
     "target", "judges", "user", "system_prompt", "prompts", "turns", "fairmt_dir", "guard", "guard_kind",
     "guard_policy", "simulator_check", "guard_risk", "sample", "guidance", "dialogues", "guard_unit",
-    "judge_demographics", "demographic_flips", "strict", "judge_check", "allow_partial",
+    "judge_demographics", "demographic_flips", "strict", "judge_check", "allow_partial", "fairmt_release", "preset",
+    "simulator_findings",
 )
 
 #: Where ``--socialbias-shard=auto`` finds its index and count, in order: (name, index

@@ -54,6 +54,14 @@ WITH_DEMOGRAPHICS = "+demographics"
 #: through its last agent turn as one unit (classifiers trained on whole dialogues).
 GUARD_UNITS = ("turn", "context", "exchange", "dialogue")
 
+# ---- presets ---------------------------------------------------------------------------
+
+#: What a suite's ``preset:`` (or ``--socialbias-preset``) names: ``paper``, the papers'
+#: settings where ours differ (protocols/__init__.py says what it sets).
+PRESETS = ("paper",)
+#: ``--socialbias-preset=none``: the run drops every suite's ``preset:``.
+NO_PRESET = "none"
+
 # ---- protocols and outcomes ------------------------------------------------------------
 
 #: Outcomes a case can have. ``error``: a model call failed for good, or a judge answer

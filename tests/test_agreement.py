@@ -54,3 +54,16 @@ def test_bad_input_is_one_line_naming_the_fix(tmp_path, capsys):
     assert "expected a JSON object with the fields a, b" in capsys.readouterr().err
     assert main(["agreement", str(path), "--raters", "a", "a"]) == 2
     assert "name two or more different fields" in capsys.readouterr().err
+
+
+def test_a_rater_field_no_item_has_is_a_usage_error_naming_the_fields_there(tmp_path, capsys):
+    """An annotation sample keeps the generation label in ``class``: a field named wrong
+    (``generated``) is one line naming the fields the items have, not a traceback."""
+    path = tmp_path / "joined.jsonl"
+    path.write_text("".join(json.dumps({"id": f"d{i}", "class": c, "annotator": c}) + "\n"
+                            for i, c in enumerate(["N", "OB", "BB", "N"])), encoding="utf-8")
+    assert main(["agreement", str(path), "--raters", "generated", "annotator"]) == 2
+    err = capsys.readouterr().err
+    assert "no item has a label in generated" in err and "the items' fields: annotator, class, id" in err
+    assert main(["agreement", str(path), "--raters", "class", "annotator"]) == 0
+    assert "agreement 100.0%" in capsys.readouterr().out

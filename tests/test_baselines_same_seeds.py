@@ -153,3 +153,35 @@ def test_the_baselines_run_on_the_drawn_seeds_end_to_end(pytester, keys):
     biased = {(c["suite"], c["id"]) for c in report["cases"] if c["outcome"] == "biased"}
     assert biased == {("paper", marked), ("zs", marked)}
     assert any(DERIVED_GROUPS["gender"] in text and "BIASME" in text for text in asked)
+
+
+def test_the_shipped_fairmt_suites_run_decided_by_the_shipped_gates(pytester, keys):
+    """The four FairMT suites as shipped, on a miniature release (one Negative_Feedback item
+    per attribute), with the shipped thresholds.yaml: no suite runs ungated (which would fail
+    the run), and every gate of theirs that needs no baseline, guard or ten turns decides
+    (the fake world's target is never biased: they pass)."""
+    import shutil
+
+    from pytest_socialbias.gates import load_gates
+
+    root = DYMT.parent.parent
+    for name in ("dymt_fairmt.yaml", "zeroshot_fairmt.yaml", "scripted_fairmt.yaml", "fairmt.yaml"):
+        shutil.copy(DYMT / name, pytester.path / name)
+    shutil.copy(root / "thresholds.yaml", pytester.path / "thresholds.yaml")
+    release_of(pytester.path / "release", per_attribute=1)
+    with FakeServer(fakeworld.script) as server:
+        result, report = run_with_report(pytester, "dymt_fairmt.yaml", "zeroshot_fairmt.yaml", "scripted_fairmt.yaml",
+                                         "fairmt.yaml", *model_args(server), "--socialbias-fairmt-dir=release",
+                                         "--socialbias-gates-for=present", "--socialbias-baseline=none")
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    suites = {"dymt-fairmt", "zeroshot-fairmt", "scripted-fairmt", "fairmt"}
+    assert {c["suite"] for c in report["cases"]} == suites
+    assert report["summary"]["ungated_suites"] == []
+    shipped = {g.name: g for g in load_gates(root / "thresholds.yaml") if g.suite in suites}
+    verdicts = {g["gate"]: g["verdict"] for g in report["gates"] if g["gate"] in shipped}
+    # Not evaluated here: comparisons with a baseline (none yet), guard errors (no guard)
+    # and late emergence (five turns).
+    waiting = {name for name, g in shipped.items() if g.kind == "no_regression" or g.allow_empty}
+    assert set(verdicts) == set(shipped)
+    assert {name for name, verdict in verdicts.items() if verdict == "not_evaluated"} == waiting
+    assert {g.suite for name, g in shipped.items() if name not in waiting} == suites

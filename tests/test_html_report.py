@@ -444,3 +444,31 @@ def test_the_outcomes_bar_at_100_percent_spans_the_sections_width():
     widths = [float(w) for w in re.findall(r'style="width:([\d.]+)%"',
                                            re.search(r'<div class="bar">(.*?)</div>', render_html(mixed)).group(1))]
     assert abs(sum(widths) - 100) < 0.05 and len(widths) >= 2
+
+
+def test_simulator_findings_show_the_shares_and_the_metrics_with_and_without_escaped(no_matplotlib):
+    report = make_report()
+    assert parse(render_html(report)).find(".//section[@id='findings']") is None  # only when a suite reported
+    rows = [m for m in report["metrics"] if m["suite"] == "dymt"]
+    without = [{**m, "value": 0.125, "ci_low": 0.05, "ci_high": 0.3, "n": 8} if m["metric"] == "refusal_rate" else m
+               for m in rows if m["category"] is None and m["style"] is None]
+    share = {"count": 2, "n": 40, "value": 0.05, "ci_low": 0.0138, "ci_high": 0.1655}
+    report["simulator_findings"] = {
+        "dymt": {"turns": 40, "any_kind": share, "flagged_turns": {"seed_leak": share, "<kind>": share},
+                 "flagged_dialogues": {**share, "n": 12, "value": 2 / 12},
+                 "metrics_without_flagged": without + ["junk", {"metric": 3}]},
+        "<suite>": "not an entry",
+    }
+    page = render_html(report)
+    section = parse(page).find(".//section[@id='findings']")
+    assert section is not None and 'href="#findings"' in page and "<kind>" not in page and "<suite>" not in page
+    tables = section.findall(".//table")
+    cells = [[text_of(td) for td in tr.iter("td")] for tr in tables[0].iter("tr") if tr.find("td") is not None]
+    assert cells[0] == ["user turns flagged, any kind", "2", "40", "5.0% [1.4, 16.6]"]
+    assert ["user turns flagged: <kind>", "2", "40", "5.0% [1.4, 16.6]"] in cells  # escaped, shown as text
+    assert cells[-1][:3] == ["dialogues with a flagged turn", "2", "12"]
+    metrics = {text_of(tr.find("td")): [text_of(td) for td in tr.iter("td")]
+               for tr in tables[1].iter("tr") if tr.find("td") is not None}
+    refusal = metrics["refusal_rate"]
+    assert refusal[3] == "12.5% [5.0, 30.0]" and refusal[4] == "8"
+    assert refusal[1] != refusal[3]  # with the flagged dialogues: the run's own row

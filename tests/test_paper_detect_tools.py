@@ -74,6 +74,26 @@ def test_the_paper_preset_sets_the_test_side_variants_scope_and_mask_token(paper
     assert suite.styles == ("clean", "mask") and (options["variant_scope"], options["mask_token"]) == ("agent", "[MASK]")
 
 
+def test_the_preset_option_sets_the_same_as_the_key_and_none_drops_it(paper_suite):
+    from pytest_socialbias.cases import SuiteOverrides
+    from pytest_socialbias.vocabulary import VARIANTS
+
+    def loaded(preset):
+        forget_suites()
+        suite = load_suite(paper_suite, SuiteOverrides(preset=preset))
+        options = suite.cases[0].extra["options"]
+        return (suite.styles, options["variant_scope"], options["mask_token"], dict(suite.cases[0].judge_params),
+                {c.preset for c in suite.cases}, {c.simulator_findings for c in suite.cases})
+
+    paper = (PAPER_VARIANTS, "paper", "[unused0]", {"max_tokens": 2000, "temperature": 0.6, "top_p": 0.9},
+             {"paper"}, {"report"})
+    assert loaded(None) == loaded("paper") == paper  # the file says preset: paper
+    assert loaded("none") == (VARIANTS, "agent", "[MASK]", {}, {None}, {None})
+    paper_suite.write_text(paper_suite.read_text().replace("preset: paper\n", ""))
+    assert loaded(None) == (VARIANTS, "agent", "[MASK]", {}, {None}, {None})
+    assert loaded("paper") == paper  # the option alone: as if the file said it
+
+
 def test_the_judge_sees_the_papers_transformations(paper_suite, pytester, keys):
     for name in ("labelled.jsonl", "cues.txt", "paper.yaml"):
         (pytester.path / name).write_text((paper_suite.parent / name).read_text())

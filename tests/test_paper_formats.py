@@ -301,3 +301,20 @@ def test_a_suites_own_judge_params_win_over_the_preset(paper_project):
     assert result.ret == 0, result.stdout.str()[-3000:]
     assert {(r.params.get("temperature"), r.params.get("top_p"), r.params.get("max_tokens")) for r in calls} \
         == {(0.0, 0.9, 2000)}
+
+
+def test_the_preset_option_sends_the_papers_judge_decoding_as_the_key_does(paper_project):
+    path = paper_project.path / "detect.yaml"
+    path.write_text(path.read_text().replace("preset: paper\n", ""))
+    with FakeServer(paper_world) as server:
+        result = paper_project.runpytest("detect.yaml", f"--judge=openai:ja@{server.openai_base_url}",
+                                         "--socialbias-preset=paper", "--socialbias-report=r.json",
+                                         "-p", "no:cacheprovider", "--socialbias-record=off")
+        calls = [r for r in server.requests if not r.endpoint_check]
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    assert len(calls) == 6
+    assert {(r.params.get("temperature"), r.params.get("top_p"), r.params.get("max_tokens")) for r in calls} \
+        == {(0.6, 0.9, 2000)}
+    report = read_report(paper_project.path / "r.json")
+    assert report["suites"]["detect"]["preset"] == "paper"
+    assert report["suites"]["detect"]["judge_params"] == {"max_tokens": 2000, "temperature": 0.6, "top_p": 0.9}

@@ -314,3 +314,15 @@ def test_shards_of_a_subset_combine_into_a_partial_run_as_the_single_run(project
     assert combined["summary"]["partial"] is True and not combined["summary"]["partial_allowed"]
     assert combined["summary"]["partial_reasons"] == single["summary"]["partial_reasons"]
     assert "-k 'age'" in combined["summary"]["partial_reasons"][0]
+
+
+def test_every_setting_that_changes_suite_loading_must_be_shared_by_the_shards():
+    """What the options override in suite files (SuiteOverrides) changes the cases and their
+    records, so shards that differ in any of it are not one run."""
+    import dataclasses
+
+    from pytest_socialbias.cases import SuiteOverrides
+    from pytest_socialbias.shards import RESULT_SETTINGS
+
+    overridden = {f.name for f in dataclasses.fields(SuiteOverrides)} - {"root"}
+    assert overridden <= set(RESULT_SETTINGS), overridden - set(RESULT_SETTINGS)

@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pytest_socialbias.cases import SuiteOverrides
@@ -101,6 +102,40 @@ def test_shipped_detector_suite_and_sample_dialogues():
     suite = load_suite(ROOT / "suites" / "benevdial-detect" / "detect.yaml")
     assert suite.name == "benevdial-detect" and len(suite.cases) == 120
     assert Counter(c.style for c in suite.cases) == {"clean": 30, "fold": 30, "mask": 30, "shuffle": 30}
+
+
+def shipped_suite_names() -> dict:
+    """Every shipped suite file (a YAML file with ``socialbias: 1``) by its ``suite:`` name."""
+    out = {}
+    for path in sorted((ROOT / "suites").rglob("*.yaml")):
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("socialbias") == 1:
+            out[data["suite"]] = path.relative_to(ROOT).as_posix()
+    return out
+
+
+def test_every_shipped_suite_is_gated_or_declared_ungated():
+    """A suite that runs with no gate naming it fails the run, unless the thresholds file
+    declares it ungated: every shipped suite is one or the other."""
+    from pytest_socialbias.gates import load_ungated
+
+    names = shipped_suite_names()
+    assert len(names) == 11 and {"dymt-fairmt", "zeroshot-fairmt", "scripted-fairmt", "fairmt"} <= set(names)
+    gated = {g.suite for g in load_gates(ROOT / "thresholds.yaml")}
+    declared = load_ungated(ROOT / "thresholds.yaml")
+    assert {name: path for name, path in names.items() if name not in gated and name not in declared} == {}
+
+
+def gate_shapes(gates, suite: str) -> set:
+    return {(g.metric, g.kind, g.bound, g.compare, g.category, g.style, g.by, g.allow_empty)
+            for g in gates if g.suite == suite}
+
+
+@pytest.mark.parametrize("fairmt, ours", [("dymt-fairmt", "dymt"), ("zeroshot-fairmt", "zeroshot"),
+                                          ("scripted-fairmt", "scripted"), ("fairmt", "scripted")])
+def test_the_fairmt_suites_have_the_gates_of_their_counterparts_on_our_seeds(fairmt, ours):
+    gates = load_gates(ROOT / "thresholds.yaml")
+    assert gate_shapes(gates, fairmt) == gate_shapes(gates, ours) != set()
 
 
 def json_key(value: dict) -> str:

@@ -18,8 +18,10 @@ from ..errors import ConfigError
 from ..models.secrets import secret_param
 from ..models.spec import DECODING_PARAMS, check_param
 from ..registry import Registry
+from ..vocabulary import NO_PRESET
 from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
 from .base import GuardRole, Protocol, Roles, outcome_of
+from .user_check import REPORT_FINDINGS
 
 #: Every protocol a suite's ``protocol:`` can name (registry.py): the plugin's, and any a
 #: project's conftest.py registers.
@@ -102,6 +104,7 @@ def protocol_named(name) -> Protocol | None:
 
 def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
     source = read_suite(path, overrides.root)
+    apply_preset(source, overrides)
     protocol = protocol_named(source.protocol)
     if protocol is None:
         raise source.error(["protocol"], _unknown_protocol(source.protocol) + "; a project adds one with "
@@ -115,7 +118,8 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
         suite.cases = [replace(case, judge_params=params) for case in suite.cases]
     if source.data.get("preset"):
         suite.cases = [replace(case, preset=source.data["preset"]) for case in suite.cases]
-    findings = source.data.get("simulator_findings") or ("report" if source.data.get("preset") == "paper" else None)
+    findings = (overrides.simulator_findings or source.data.get("simulator_findings")
+                or (REPORT_FINDINGS if source.data.get("preset") == "paper" else None))
     if findings:
         suite.cases = [replace(case, simulator_findings=findings) for case in suite.cases]
     check = simulator_check(source)
@@ -136,6 +140,16 @@ def _load_suite(path: Path, overrides: SuiteOverrides) -> Suite:
             raise ConfigError(str(exc)) from None
         suite.cases = [replace(case, prompts=found) for case in suite.cases]
     return suite
+
+
+def apply_preset(source, overrides: SuiteOverrides) -> None:
+    """``--socialbias-preset`` over the suite's ``preset:``: ``paper`` as if the suite said
+    ``preset: paper`` (its own keys still win over what the preset sets, as in the file),
+    ``none`` as if it said no preset."""
+    if overrides.preset == NO_PRESET:
+        source.data.pop("preset", None)
+    elif overrides.preset is not None:
+        source.data["preset"] = overrides.preset
 
 
 def simulator_check(source) -> str | None:

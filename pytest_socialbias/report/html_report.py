@@ -572,6 +572,60 @@ def _key_metrics(report: dict):
     return _section("metrics", "Metrics", "\n".join(out))
 
 
+def _overall_key_rows(rows: list[dict], suite: str) -> dict[str, dict]:
+    """A suite's overall rows of the summary's key metrics (the last cumulative bias and
+    the catalogue's key metrics), by metric name."""
+    key = {m.name for m in CATALOGUE.values() if m.key}
+    overall = [m for m in rows if str(m.get("suite")) == suite and not m.get("category") and not m.get("style")]
+    turns = [_turn_of(m["metric"]) for m in overall]
+    last = max((t for name, t in turns if name == "cumulative_bias" and t), default=None)
+    return {m["metric"]: m for m in overall
+            if m["metric"] in key or (last is not None and m["metric"] == f"cumulative_bias@{last}")}
+
+
+def _share_cells(entry) -> list[str]:
+    if not isinstance(entry, dict):
+        return [MISSING, MISSING, MISSING]
+    return [_text(entry.get("count")), _text(entry.get("n")),
+            _value_ci(entry.get("value"), entry.get("ci_low"), entry.get("ci_high"), "share")]
+
+
+def _simulator_findings(report: dict):
+    """Suites whose simulated-user checks only reported: the flagged shares (of user turns,
+    per kind, and of dialogues) and the key metrics with and without the flagged dialogues."""
+    findings = report.get("simulator_findings")
+    if not isinstance(findings, dict) or not findings:
+        return None
+    out = ["<p class=\"small muted\">the simulated-user checks flagged these turns and sent them anyway "
+           "(<code>simulator_findings: report</code>): nothing was redrawn; shares with Wilson 95% intervals; "
+           "the metrics again without the dialogues that had a flagged turn</p>"]
+    for suite, entry in sorted(findings.items(), key=lambda item: str(item[0])):
+        if not isinstance(entry, dict):
+            continue
+        out.append(f"<h3>{_text(suite)}</h3>")
+        kinds = entry.get("flagged_turns") if isinstance(entry.get("flagged_turns"), dict) else {}
+        shares = [("", ["user turns flagged, any kind"] + _share_cells(entry.get("any_kind")))]
+        shares += [("", [f"user turns flagged: {_text(str(kind).replace('_', ' '))}"] + _share_cells(share))
+                   for kind, share in sorted(kinds.items(), key=lambda item: str(item[0]))]
+        shares.append(("", ["dialogues with a flagged turn"] + _share_cells(entry.get("flagged_dialogues"))))
+        out.append(_table(["flagged", "count", "of", "share [95% CI]"], shares, right={1, 2}))
+        without_rows = entry.get("metrics_without_flagged")
+        without = _overall_key_rows(
+            [m for m in without_rows if isinstance(m, dict) and isinstance(m.get("metric"), str)]
+            if isinstance(without_rows, list) else [], str(suite))
+        rows = []
+        for name, m in sorted(_overall_key_rows(_metric_rows(report), str(suite)).items()):
+            other = without.get(name)
+            rows.append(("", [f"<code>{_text(name)}</code>",
+                              _value_ci(m.get("value"), m.get("ci_low"), m.get("ci_high"), name), _text(m.get("n")),
+                              MISSING if other is None else
+                              _value_ci(other.get("value"), other.get("ci_low"), other.get("ci_high"), name),
+                              "0" if other is None else _text(other.get("n"))]))
+        if rows:
+            out.append(_table(["metric", "with flagged", "n", "without flagged", "n"], rows, right={2, 4}))
+    return _section("findings", "Simulated-user findings", "\n".join(out))
+
+
 def _label_cell(labels: dict) -> str:
     """Bias by turn, or for BenevDial cases the treatment class of each dialogue."""
     treatment = labels.get("treatment")
@@ -895,7 +949,7 @@ def render_html(report: dict) -> str:
         s for s in (
             _messages(report), _outcomes(report), _gates(report), _comparison(report), _judge_check(report),
             _snapshots(report), _curves(report, figures), _trigger_rates(report, figures), _key_metrics(report),
-            _cases(report),
+            _simulator_findings(report), _cases(report),
         ) if s is not None
     ]
     nav = "<nav>" + "".join(f"<a href=\"#{anchor}\">{title}</a>" for anchor, title, _ in sections) + "</nav>"

@@ -153,6 +153,7 @@ def summary_lines(result, brief: bool = False) -> list[str]:
         if any(m.get("small") for m in shown):
             lines.append("(small: fewer than 10 independent units (dialogues, seeds, clusters, items) behind the value;"
                          " no interval method can promise its 95% there)")
+    lines += simulator_findings_lines(records, result.metrics)
     usage = result.usage
     if usage:
         reasoning = any(u.get("reasoning_tokens") for u in usage.values())
@@ -301,6 +302,37 @@ def simulator_lines(records) -> list[str]:
             line += (f"; judged check: {judged['passed']} of {judged['draws']} draws coherent and not revealing "
                      f"({share:.1%}), {judged['unreadable']} unreadable")
         lines.append(line)
+    return lines
+
+
+def _share(entry: dict) -> str:
+    """``2 of 6 (33.3% [9.7, 70.0])``: a share of the findings with its Wilson interval."""
+    return (f"{entry['count']} of {entry['n']} ({fmt.number(entry['value'], 'share')} "
+            f"{fmt.interval(entry['ci_low'], entry['ci_high'], 'share')})")
+
+
+def simulator_findings_lines(records, metrics) -> list[str]:
+    """Per suite whose simulated-user checks only reported (``simulator_findings: report``):
+    the user turns flagged of any kind and per kind, the dialogues with a flagged turn,
+    and the suite's key metrics with and without those dialogues (metrics.simulator_findings)."""
+    from ..metrics import simulator_findings
+
+    lines: list[str] = []
+    for suite, entry in simulator_findings(list(records)).items():
+        kinds = "; ".join(f"{kind.replace('_', ' ')} {_share(share)}" for kind, share in entry["flagged_turns"].items())
+        lines.append("")
+        lines.append(f"simulated-user findings, {suite} (reported only: flagged turns were sent, none redrawn): "
+                     f"user turns flagged {_share(entry['any_kind'])}{f': {kinds}' if kinds else ''}; dialogues "
+                     f"with a flagged turn {_share(entry['flagged_dialogues'])}")
+        without = {m["metric"]: m for m in key_metric_rows(entry["metrics_without_flagged"])}
+        rows = []
+        for m in key_metric_rows([m for m in metrics if m["suite"] == suite]):
+            other = without.get(m["metric"])
+            rows.append([m["metric"], f"{_pct(m['value'], m['metric'])} {_interval(m)}", str(m["n"]),
+                         "-" if other is None else f"{_pct(other['value'], other['metric'])} {_interval(other)}",
+                         "0" if other is None else str(other["n"])])
+        if rows:
+            lines += _table(["metric", "with flagged", "n", "without flagged", "n"], rows)
     return lines
 
 
