@@ -41,6 +41,16 @@ def joined_path(base: Path, raw) -> Path:
     return Path(os.path.normpath(Path(base) / raw))
 
 
+def shown_path(path: Path) -> str:
+    """A path as the user would write it: normalised (``a/../b`` is ``b``), relative to the
+    working directory when inside it."""
+    path = Path(os.path.normpath(path))
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def looks_like_suite(path: Path) -> bool:
     """Cheap check before parsing: only YAML files marked ``socialbias:`` are suites."""
     if path.suffix not in (".yaml", ".yml"):

@@ -82,8 +82,8 @@ async def _ask(m: Model, messages_list, **params):
     try:
         return await asyncio.gather(*(m.chat(messages, **params) for messages in messages_list))
     finally:
-        BATCHES[:] = [list(b.batches) for b in m.settings._backends.values()]
-        await m.settings.aclose()
+        BATCHES[:] = [list(b.batches) for b in m.pool._backends.values()]
+        await m.pool.aclose()
 
 
 @needs_torch
@@ -146,9 +146,9 @@ def test_a_finished_row_leaves_the_batch():
                        max_tokens=24, temperature=0.0),
             )
         finally:
-            backend = next(iter(m.settings._backends.values()))
+            backend = next(iter(m.pool._backends.values()))
             BATCHES[:] = [list(backend.batches), backend.row_steps]
-            await m.settings.aclose()
+            await m.pool.aclose()
 
     label, story = asyncio.run(both())
     assert label.text in ("Yes", "No") and story.completion_tokens == 24
