@@ -27,7 +27,7 @@ from .errors import ConfigError
 _SUITE_MARKER = re.compile(r"^(?:\{\s*)?[\"']?socialbias[\"']?\s*:", re.MULTILINE)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=None)  # process-wide: files the package ships, which no run changes
 def load_schema(name: str) -> dict:
     """A JSON schema shipped in the package (``schemas/NAME.schema.json``)."""
     text = resources.files("pytest_socialbias").joinpath("schemas", f"{name}.schema.json").read_text("utf-8")

@@ -3,6 +3,7 @@
 * options.py: every option, declared once, read into one Settings object;
 * process.py: the part this process plays in the run (single process, xdist controller
   or worker);
+* runcache.py: the run's caches, made here at configure time and dropped at its end;
 * modelset.py: the run's models by model role (both sides use it);
 * worker.py: the worker side, running cases batch by batch (every process that runs items);
 * aggregate.py: the aggregating side, records -> one frozen RunResult (only the process
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from . import heap, process
+from . import heap, process, runcache
 from .aggregate import Aggregator
 from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
@@ -120,10 +121,14 @@ def _part(config: pytest.Config) -> process.ProcessPart:
     return state.models.part if state is not None else process.choose(config)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    from .protocols import forget_suites
+#: The caches in use before this run's (runcache.py), in use again after it.
+CACHES_BEFORE = pytest.StashKey[runcache.RunCaches]()
 
-    forget_suites()  # suites are read once per session (preflight, then collection)
+
+def pytest_configure(config: pytest.Config) -> None:
+    # This run's caches (suites, prompts, servers, loaded models): empty, and dropped at
+    # its end, so nothing of an earlier run in this process is seen (runcache.py).
+    config.stash[CACHES_BEFORE] = runcache.begin()
     heap.thaw()  # what an earlier session in this process froze (heap.py)
     for category in CATEGORIES:
         config.addinivalue_line("markers", f"{category}: social-bias cases of the {category} category")
@@ -157,7 +162,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if isinstance(part, process.XdistWorker):
             from .models import managed
 
-            managed.URLS.update(part.workerinput.get("socialbias_servers") or {})
+            managed.urls().update(part.workerinput.get("socialbias_servers") or {})
             part.queued = lambda: [item.case for item in _xdist_queued_items(config)]
         if calls_models:
             models.start_servers()  # this process's share (process.py): shared, per-worker, or all
@@ -281,13 +286,12 @@ def _xdist_queued_items(config: pytest.Config) -> list:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from . import prompts
-
-    prompts.use_overrides(None)  # ours again for whatever runs next in this process
     state = config.stash.get(STATE, None)
     if state is not None:
-        state.models.close()
+        state.models.close()  # stops its servers, with their addresses in this run's caches
     heap.restore()
+    if CACHES_BEFORE in config.stash:
+        runcache.end(config.stash[CACHES_BEFORE])
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -624,7 +628,7 @@ class XdistControllerHooks:
         """Workers talk to the servers this process started (models/managed.py)."""
         from .models import managed
 
-        node.workerinput["socialbias_servers"] = dict(managed.URLS)
+        node.workerinput["socialbias_servers"] = dict(managed.urls())
         node.workerinput["socialbias_run"] = self.state.models.run_id
 
     def pytest_testnodedown(self, node, error) -> None:

@@ -92,7 +92,7 @@ class XdistWorker(ProcessPart):
 
     def server_share(self, per_worker, gpus):
         if not per_worker:
-            return None  # the controller's, reached through workerinput (managed.URLS)
+            return None  # the controller's, reached through workerinput (managed.urls)
         from .models.managed import gpu_share
 
         name = self.process
