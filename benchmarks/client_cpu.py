@@ -39,8 +39,8 @@ def serve(queue) -> None:
 async def measure(provider: str, url: str, calls: int, concurrency: int) -> tuple[float, float]:
     from pytest_socialbias.models import CallPool, Model, parse_spec
 
-    settings = CallPool(cache=None, concurrency=concurrency)
-    model = Model("target", parse_spec(f"{provider}:m@{url}", "--target"), "--target", settings,
+    pool = CallPool(cache=None, concurrency=concurrency)
+    model = Model("target", parse_spec(f"{provider}:m@{url}", "--target"), "--target", pool,
                   defaults={"temperature": 0.7, "max_tokens": 250})
 
     async def one(i: int) -> None:
@@ -54,7 +54,7 @@ async def measure(provider: str, url: str, calls: int, concurrency: int) -> tupl
     cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(calls)))
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    await settings.aclose()
+    await pool.aclose()
     return cpu, wall
 
 

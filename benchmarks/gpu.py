@@ -55,7 +55,7 @@ def single_request_seconds_per_token(spec_text: str, max_tokens: int) -> float:
                                       max_tokens=max_tokens, temperature=0.0)
             return (time.perf_counter() - start) / max(1, answer.completion_tokens or 1)
         finally:
-            await model.settings.aclose()
+            await model.pool.aclose()
 
     return asyncio.run(once())
 

@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             from pytest_socialbias.models import CallPool, Model, parse_spec
             from pytest_socialbias.protocols.user_check import SimulatorRecord
 
-            settings = CallPool(cache=CallCache(args.cache_dir, "new"), concurrency=4)
-            judge, record = Model("judge", parse_spec(args.judge, "--judge"), "--judge", settings), SimulatorRecord()
+            pool = CallPool(cache=CallCache(args.cache_dir, "new"), concurrency=4)
+            judge, record = Model("judge", parse_spec(args.judge, "--judge"), "--judge", pool), SimulatorRecord()
         started, rss = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         rows = classify(DATA / file, judge, record, rules_only=args.rules_only, embedded=args.embedded)
         if args.embedded:

@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 from pathlib import Path
 
 from .errors import ConfigError
+from .files import shown_path
 from .gates import Gate, evaluate, load_ungated, ungated_suites
 from .metrics import compute_metrics, detection_summary, metric_sort_key, unavailable_metrics
 from .models import UsageCounter
 from .result import RunResult
 from .vocabulary import JUDGE_CHECK_SUITE
-
-
-def shown_path(path: Path) -> str:
-    """A path as the user would write it: normalised (``a/../b`` is ``b``), relative to the
-    working directory when inside it."""
-    path = Path(os.path.normpath(path))
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
 
 
 class Aggregator:

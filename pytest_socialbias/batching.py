@@ -10,12 +10,12 @@ batches with this one function, from the same list of selected node ids.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 from .cases import DEFAULT_BATCH_SIZE
 from .errors import ConfigError
 from .files import looks_like_suite, read_yaml
+from .runcache import current
 
 
 def batch_ids(nodeids: list[str], size_of) -> dict[str, str]:
@@ -37,8 +37,16 @@ def batch_ids(nodeids: list[str], size_of) -> dict[str, str]:
     return out
 
 
-@lru_cache(maxsize=None)
 def _file_batch_size(path: Path) -> int | None:
+    """A suite file's own batch_size, read once per run (runcache.py): the controller's
+    scheduler and the workers cut the same batches from it."""
+    sizes = current().batch_sizes
+    if path not in sizes:
+        sizes[path] = _read_batch_size(path)
+    return sizes[path]
+
+
+def _read_batch_size(path: Path) -> int | None:
     if not looks_like_suite(path):
         return None
     try:

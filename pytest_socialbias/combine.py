@@ -112,9 +112,8 @@ def combine(options: CombineOptions):
     """The RunResult of the shards' run (and the problems writing its files): the same
     aggregation, gates and reports as a single run's, from every part's records."""
     from .aggregate import Aggregator
-    from .gates import load_gates
     from .options import NO_BASELINE, Settings
-    from .preflight import check_gate_suites
+    from .preflight import check_gate_suites, load_thresholds
 
     parts = [(Path(p), read_partial(Path(p))) for p in options.parts]
     parts.sort(key=lambda part: part[1]["shard"]["index"])
@@ -132,16 +131,9 @@ def combine(options: CombineOptions):
         strict=bool(first["settings"].get("strict")), gates_for=options.gates_for, root=root,
         allow_partial=bool(first["settings"].get("allow_partial")),
     )
-    gates, gates_file = [], None
-    if settings.thresholds is not None or settings.thresholds_file.exists():
-        if not settings.thresholds_file.exists():
-            raise ConfigError(f"--thresholds={settings.thresholds}: file not found")
-        known = None
-        if settings.gates_for != "present":
-            from .preflight import SPECIAL_SUITES, project_suite_names
-
-            known = project_suite_names(root) | set(SPECIAL_SUITES)  # a misspelt suite named with the rest
-        gates, gates_file = load_gates(settings.thresholds_file, known_suites=known, root=root), settings.thresholds_file
+    # With every gate checked (not --gates-for=present), a misspelt suite is named with the rest.
+    thresholds = load_thresholds(settings, root, option="--thresholds", look_up_suites=settings.gates_for != "present")
+    gates, gates_file = thresholds.gates, thresholds.file
     skipped = []
     if gates:
         gates, skipped = check_gate_suites(gates, settings.thresholds_file, root,

@@ -27,7 +27,7 @@ from .errors import ConfigError
 _SUITE_MARKER = re.compile(r"^(?:\{\s*)?[\"']?socialbias[\"']?\s*:", re.MULTILINE)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=None)  # process-wide: files the package ships, which no run changes
 def load_schema(name: str) -> dict:
     """A JSON schema shipped in the package (``schemas/NAME.schema.json``)."""
     text = resources.files("pytest_socialbias").joinpath("schemas", f"{name}.schema.json").read_text("utf-8")
@@ -39,6 +39,16 @@ def joined_path(base: Path, raw) -> Path:
     paths it is given (``my-gate/../bad/x.yaml`` is ``bad/x.yaml``), so that messages and
     reports name it as it is."""
     return Path(os.path.normpath(Path(base) / raw))
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user would write it: normalised (``a/../b`` is ``b``), relative to the
+    working directory when inside it."""
+    path = Path(os.path.normpath(path))
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def looks_like_suite(path: Path) -> bool:

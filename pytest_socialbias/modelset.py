@@ -36,6 +36,9 @@ WARM_UP_JOIN_S = 10.0
 
 @dataclass(frozen=True)
 class Role:
+    """A model role of a run (target, judge, user, guard): which model a call goes to. Not
+    the part a process plays in the run (process.py)."""
+
     name: str
     option: str  # the option that names its model
     defaults: tuple = ()  # decoding parameters it sends unless the spec says otherwise
@@ -72,12 +75,12 @@ def endpoint_check(role: str, guard_kind_name: str | None = None) -> EndpointChe
 
 
 class ModelSet:
-    def __init__(self, settings, role=None):
-        from .roles import SingleProcess
+    def __init__(self, settings, part=None):
+        from .process import SingleProcess
 
         self.settings = settings
-        self.role = role or SingleProcess()  # roles.py: what this process does in the run
-        self.run_id = self.role.run_id()  # shared by a run's processes (endpoint checks)
+        self.part = part or SingleProcess()  # process.py: what this process does in the run
+        self.run_id = self.part.run_id()  # shared by a run's processes (endpoint checks)
         self.specs: dict[str, ModelSpec] = {}
         self.guard_kind: str | None = None
         self.guard_unit: str | None = None  # the guard spec's unit=, if any
@@ -266,7 +269,7 @@ class ModelSet:
         """Role -> the servers this process starts for it (vllm:, server: specs, one per replica;
         models/managed.py): the shared ones on the controller (or the only process),
         per-worker ones (``placement=worker``) on each worker with its share of the GPUs
-        (roles.py decides)."""
+        (process.py decides)."""
         from .models.managed import placement, plans_for
 
         out = {}
@@ -274,7 +277,7 @@ class ModelSet:
             if not provider_of(spec).can(MANAGED):
                 continue
             option = role_of(role).option
-            share = self.role.server_share(placement(spec, option) == "worker", self.settings.gpus)
+            share = self.part.server_share(placement(spec, option) == "worker", self.settings.gpus)
             if share is not None:
                 out[role] = plans_for(spec, option, *share)
         return out
@@ -296,11 +299,11 @@ class ModelSet:
         if s.dry_run or s.record == "none":
             return
         from .models.managed import check_gpu_fit
-        from .roles import xdist_workers_of
+        from .process import xdist_workers_of
 
         for role, spec in self.specs.items():
             if spec.provider == "vllm":
-                check_gpu_fit(spec, role_of(role).option, s.gpus, xdist_workers_of(self.role))
+                check_gpu_fit(spec, role_of(role).option, s.gpus, xdist_workers_of(self.part))
         plans = self.server_plans()
         if not plans:
             return

@@ -9,7 +9,7 @@ beats default. A bad value is a ConfigError naming the option and what it expect
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -319,16 +319,29 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+def option_for(field_name: str) -> Option:
+    """The option that sets the Settings field ``field_name``."""
+    return next(option for option in OPTIONS if option.field == field_name)
+
+
+def _default(field_name: str):
+    """The Settings default of ``field_name``: its option's default (OPTIONS, where each
+    default is declared), read as that option reads the ini text, relative to ``.``."""
+    option = option_for(field_name)
+    return option.convert(option.default, Where(root=Path("."), invocation=Path(".")))
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Resolved options (command line over ini over defaults); one field per option."""
+    """Resolved options (command line over ini over defaults); one field per option. A
+    field's default is its option's (``_default``): each is declared once, in OPTIONS."""
 
     target: str | None = None
     judges: tuple | None = None  # every --judge, in order
     user: str | None = None
-    concurrency: int = 16
-    record: str = "new"
-    cache_dir: Path = Path(".socialbias")
+    concurrency: int = _default("concurrency")
+    record: str = _default("record")
+    cache_dir: Path = _default("cache_dir")
     miss_hint: str | None = None  # --socialbias-miss-hint: what a replay miss says to do
     thresholds: Path | None = None  # given explicitly; else thresholds.yaml in the rootdir if present
     report: Path | None = None
@@ -340,8 +353,8 @@ class Settings:
     fairmt_release: str | None = None
     guard: str | None = None
     guard_kind: str | None = None
-    guard_policy: str = "follow"
-    simulator_check: str = "rules"
+    guard_policy: str = _default("guard_policy")
+    simulator_check: str = _default("simulator_check")
     simulator_findings: str | None = None  # None: each suite's (redraw unless it says)
     preset: str | None = None  # None: each suite's preset:; NO_PRESET: none
     guard_risk: str | None = None
@@ -359,7 +372,7 @@ class Settings:
     strict: bool | None = False
     allow_partial: bool | None = False
     allow_outside_files: bool | None = False
-    gates_for: str = "all"
+    gates_for: str = _default("gates_for")
     judge_demographics: bool | None = None
     demographic_flips: bool = False
     dry_run: bool | None = False
@@ -404,6 +417,9 @@ class Settings:
             root=None if self.allow_outside_files else self.root,
         )
 
+
+#: Settings field -> its default; a flag's is False, or None where the suite's own setting decides.
+_FIELD_DEFAULTS = {f.name: f.default for f in fields(Settings)}
 
 #: ``pytest --help`` shows the options in these groups, in this order (task by task).
 HELP_GROUPS = (
@@ -481,10 +497,8 @@ def read_settings(config) -> Settings:
         if (raw is None or raw == "") and option.default is not None:
             raw = option.default
         values[option.field] = option.convert(raw, where)
-    values["strict"] = bool(values["strict"])
-    values["allow_partial"] = bool(values["allow_partial"])
-    values["allow_outside_files"] = bool(values["allow_outside_files"])
-    values["dry_run"] = bool(values["dry_run"])
+        if option.kind == "flag" and _FIELD_DEFAULTS[option.field] is False:
+            values[option.field] = bool(values[option.field])  # a flag left off is False (None: the suite's)
     _check_shard(values)
     if values["simulator_check"] == EMBEDDED_CHECK:
         from .protocols import turn_embed

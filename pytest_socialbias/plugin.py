@@ -1,11 +1,17 @@
 """pytest hooks and fixtures: thin wiring. The work lives in the objects they call.
 
 * options.py: every option, declared once, read into one Settings object;
-* modelset.py: the run's models by role (both sides use it);
+* process.py: the part this process plays in the run (single process, xdist controller
+  or worker);
+* runcache.py: the run's caches, made here at configure time and dropped at its end;
+* modelset.py: the run's models by model role (both sides use it);
 * worker.py: the worker side, running cases batch by batch (every process that runs items);
 * aggregate.py: the aggregating side, records -> one frozen RunResult (only the process
   that reports: the xdist controller, or the only process);
-* report/: the writers of that result.
+* report/: the writers of that result, the report header's lines, the failures and
+  JUnit cases it adds to pytest's reports;
+* shards.py, preflight.py: a shard's partial file; the thresholds file and the checks
+  before any work.
 
 Results travel from workers to the aggregator the way pytest reports do: each case's
 record rides on its call-phase TestReport, which xdist replays on the controller through
@@ -21,17 +27,17 @@ from pathlib import Path
 
 import pytest
 
-from . import heap, roles
-from .aggregate import Aggregator, shown_path
+from . import heap, process, runcache
+from .aggregate import Aggregator
 from .batching import batch_ids, suite_batch_size
 from .errors import ConfigError
 from .files import joined_path, looks_like_suite
-from .gates import GateProblems, load_gates
 from .modelset import ModelSet
 from .options import add_options, read_settings
-from .preflight import SPECIAL_SUITES, project_suite_names
+from .preflight import load_thresholds
 from .protocols import load_suite
 from .report.formatting import printable
+from .report.pytest_reports import add_junit_properties, add_junit_verdicts, count_failures
 from .vocabulary import CATEGORIES, STYLES, TRACKS, UNSPECIFIED
 from .worker import CaseRunner
 
@@ -58,7 +64,7 @@ class RunState:
     def collected(self, suite, config: pytest.Config) -> None:
         """What the aggregator learns from collection: notes of lenient loaders and which
         file defines each suite (for snapshots). Under xdist only the workers collect, and
-        xdist hands their ``workeroutput`` back to the controller (XdistController)."""
+        xdist hands their ``workeroutput`` back to the controller (XdistControllerHooks)."""
         info = {"path": str(suite.path), "cases": len(suite.cases)}
         if self.aggregator is not None:
             for note in suite.notes:
@@ -109,16 +115,20 @@ def _wanted(config: pytest.Config, path: Path) -> bool:
     return any(resolved == root or root in resolved.parents for root in wanted)
 
 
-def _role(config: pytest.Config) -> roles.ProcessRole:
-    """This process's role (roles.py), as configured."""
+def _part(config: pytest.Config) -> process.ProcessPart:
+    """This process's part in the run (process.py), as configured."""
     state = config.stash.get(STATE, None)
-    return state.models.role if state is not None else roles.choose(config)
+    return state.models.part if state is not None else process.choose(config)
+
+
+#: The caches in use before this run's (runcache.py), in use again after it.
+CACHES_BEFORE = pytest.StashKey[runcache.RunCaches]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from .protocols import forget_suites
-
-    forget_suites()  # suites are read once per session (preflight, then collection)
+    # This run's caches (suites, prompts, servers, loaded models): empty, and dropped at
+    # its end, so nothing of an earlier run in this process is seen (runcache.py).
+    config.stash[CACHES_BEFORE] = runcache.begin()
     heap.thaw()  # what an earlier session in this process froze (heap.py)
     for category in CATEGORIES:
         config.addinivalue_line("markers", f"{category}: social-bias cases of the {category} category")
@@ -135,45 +145,28 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("socialbias_dry_run") and getattr(config.option, "dist", "no") != "no":
         # A dry run calls no model: one process plans every case (xdist starts later).
         config.option.dist = "no"
-    role = roles.choose(config)
-    calls_models = not (config.option.collectonly or config.getoption("help", False) or config.getoption("version", False))
+    part = process.choose(config)
+    asks_only = config.getoption("help", False) or config.getoption("version", False)
+    calls_models = not (config.option.collectonly or asks_only)
     try:
         settings = read_settings(config)
         from . import prompts
 
         prompts.use_overrides(settings.prompts)  # before anything renders a prompt
-        models = ModelSet(settings, role)
-        gates, gates_file, pending, known = [], None, None, None
-        if settings.thresholds is not None or settings.thresholds_file.exists():
-            if not settings.thresholds_file.exists():
-                raise ConfigError(
-                    f"--socialbias-thresholds={settings.thresholds}: file not found; give an existing "
-                    "thresholds.yaml or leave the option out"
-                )
-            gates_file = settings.thresholds_file
-            known = None
-            if role.aggregates and not (config.getoption("help", False) or config.getoption("version", False)):
-                # The project's suites, so that a misspelt suite is named with the file's other problems.
-                known = project_suite_names(Path(config.rootpath))
-                if settings.gates_for != "present":
-                    known = known | set(SPECIAL_SUITES)
-            try:
-                gates = load_gates(gates_file, known_suites=known if settings.gates_for != "present" else None,
-                                   root=Path(config.rootpath))
-            except GateProblems as exc:
-                if not role.aggregates or known is None:
-                    raise
-                # Named with what the run's suites add (gates they can never evaluate).
-                gates, pending = exc.gates, exc
-        aggregator = _aggregator(config, settings, models, gates, gates_file, pending, known) if role.aggregates else None
-        if isinstance(role, roles.Worker):
+        models = ModelSet(settings, part)
+        # The project's suites are looked up where the run is decided, so that a misspelt
+        # suite is named with the thresholds file's other problems.
+        thresholds = load_thresholds(settings, Path(config.rootpath), look_up_suites=part.aggregates and not asks_only,
+                                     keep_problems=part.aggregates)
+        aggregator = _aggregator(config, settings, models, thresholds) if part.aggregates else None
+        if isinstance(part, process.XdistWorker):
             from .models import managed
 
-            managed.URLS.update(role.workerinput.get("socialbias_servers") or {})
-            role.queued = lambda: [item.case for item in _xdist_queued_items(config)]
+            managed.urls().update(part.workerinput.get("socialbias_servers") or {})
+            part.queued = lambda: [item.case for item in _xdist_queued_items(config)]
         if calls_models:
-            models.start_servers()  # this role's share (roles.py): shared, per-worker, or all
-            if role.runs_cases:
+            models.start_servers()  # this process's share (process.py): shared, per-worker, or all
+            if part.runs_cases:
                 # Only where the cases run: not for --collect-only, and not in an xdist
                 # controller, which calls no model (importing an SDK there cost 1.4 s of CPU
                 # that its workers, on the same cores, wanted).
@@ -181,24 +174,25 @@ def pytest_configure(config: pytest.Config) -> None:
     except ConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[STATE] = state = RunState(settings, models, CaseRunner(models), aggregator)
-    if role.aggregates:
-        config.pluginmanager.register(Controller(state), "socialbias-controller")
+    if part.aggregates:
+        config.pluginmanager.register(AggregatingHooks(state), "socialbias-aggregating")
         if config.pluginmanager.hasplugin("xdist"):
-            config.pluginmanager.register(XdistController(state), "socialbias-xdist-controller")
+            config.pluginmanager.register(XdistControllerHooks(state), "socialbias-xdist-controller")
 
 
-def _aggregator(config: pytest.Config, settings, models, gates, gates_file, pending=None, known=None) -> Aggregator:
+def _aggregator(config: pytest.Config, settings, models, thresholds) -> Aggregator:
     """The aggregating process's Aggregator, after the checks made before any work: the
-    cache usable, the suites sound, every gate's suite present and reachable. ``pending``:
-    the thresholds file's own problems (gates.GateProblems), named with those the run's
-    suites add, in one message; ``known``: the project's suite names."""
+    cache usable, the suites sound, every gate's suite present and reachable. The
+    thresholds file's own problems (``thresholds.pending``) are named with those the run's
+    suites add, in one message (preflight.load_thresholds)."""
     if settings.record != "off":
         from .cache import CallCache
 
         # Fail now, before any work, if the folder is unusable or the file damaged.
         CallCache(settings.cache_dir, settings.record, verify=True).close()
-    gates, skipped = _preflight(config, settings, gates, pending, known)
-    aggregator = Aggregator(settings, models, gates, gates_file)
+    known = thresholds.known
+    gates, skipped = _preflight(config, settings, thresholds.gates, thresholds.pending, known)
+    aggregator = Aggregator(settings, models, gates, thresholds.file)
     aggregator.skip_gates(skipped)
     if skipped and known:
         from .gates import did_you_mean
@@ -292,93 +286,21 @@ def _xdist_queued_items(config: pytest.Config) -> list:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from . import prompts
-
-    prompts.use_overrides(None)  # ours again for whatever runs next in this process
     state = config.stash.get(STATE, None)
     if state is not None:
-        state.models.close()
+        state.models.close()  # stops its servers, with their addresses in this run's caches
     heap.restore()
+    if CACHES_BEFORE in config.stash:
+        runcache.end(config.stash[CACHES_BEFORE])
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     state = config.stash.get(STATE, None)
-    if state is None or not state.models.specs:
+    if state is None:
         return []
-    specs = ", ".join(f"{role}={spec.resolved}" for role, spec in sorted(state.models.specs.items()))
-    lines = [f"socialbias: {specs}; record={state.settings.record}, cache={state.settings.cache_dir}"]
-    if state.settings.prompts is not None:
-        from . import prompts
+    from .report.header import header_lines
 
-        lines.append(f"socialbias: prompts from {state.settings.prompts} in place of ours: {', '.join(prompts.overridden())}")
-    aggregator = state.aggregator
-    if state.settings.partial is not None:
-        shard = state.settings.shard
-        which = f"shard {shard} ({shard.source})" if shard is not None else "the whole run as shard 1/1"
-        lines.append(f"socialbias: {which}: records to {shown_path(state.settings.partial)}; gates, comparison "
-                     "and reports come from `python -m pytest_socialbias combine`")
-    elif aggregator is not None and aggregator.gates_file is None:
-        strict = "the run fails (--socialbias-strict)" if state.settings.strict else "no gate decides this run"
-        lines.append(f"socialbias: NO THRESHOLDS FILE ({shown_path(state.settings.thresholds_file)} not found): {strict}")
-    elif aggregator is not None:
-        lines.append(f"socialbias: {len(aggregator.gates)} gate(s) from {shown_path(aggregator.gates_file)}")
-        for suite, why in aggregator.declared_ungated.items():
-            lines.append(f"socialbias: suite {suite} is UNGATED on purpose ({shown_path(aggregator.gates_file)}): {why}")
-        if aggregator.skipped_gates:
-            hints = aggregator.skipped_hints
-            names = [suite + hints.get(suite, "") for suite in sorted({gate.suite for gate in aggregator.skipped_gates})]
-            lines.append(
-                f"socialbias: skipped {len(aggregator.skipped_gates)} gate(s) of suites this project does not have "
-                f"({', '.join(names)}; --socialbias-gates-for=present)"
-            )
-    if aggregator is not None and aggregator.selection_filters and state.settings.partial is None:
-        given = " ".join(aggregator.selection_filters)
-        if state.settings.allow_partial:
-            lines.append(f"socialbias: selection {given}: a run that leaves out cases of its suites is PARTIAL "
-                         "(ALLOWED by --socialbias-allow-partial: its exit status is the gates' on the cases selected)")
-        else:
-            lines.append(f"socialbias: selection {given}: a run that leaves out cases of its suites is PARTIAL and "
-                         "never passes (gate a category in the suite or thresholds file; --socialbias-allow-partial "
-                         "for local debugging)")
-    servers = state.models.servers.describe() if state.models.servers is not None else []
-    for server in servers:
-        gpus = f"GPUs {server['gpus']}" if server["gpus"] else "all visible GPUs"
-        replica = f"replica {server['replica']}, " if server.get("replica") else ""
-        lines.append(
-            f"socialbias: {server['provider']} server for {server['model']} at {server['url']} ({replica}{gpus}; one server "
-            f"for {', '.join(server['roles'])} on every worker; ready in {server['ready_s']} s; log {server['log']})"
-        )
-    from .models.managed import placement
-    from .models.providers import MANAGED, provider_of
-
-    for role, spec in sorted(state.models.specs.items()):
-        if provider_of(spec).can(MANAGED) and placement(spec) == "worker" and roles.xdist_workers(config):
-            lines.append(
-                f"socialbias: {role}: one {spec.provider} server per worker, each on its share of "
-                f"{'GPUs ' + state.settings.gpus if state.settings.gpus else 'the visible GPUs'} "
-                f"(logs .socialbias/servers/*-gwN.log)"
-            )
-    in_process = {role: spec for role, spec in state.models.specs.items() if spec.provider in ("hf", "hfcls")}
-    if in_process:
-        from .models.hf_backend import device_plan
-        from .models.providers import get as provider_named
-
-        for role, spec in sorted(in_process.items()):
-            lines.append(f"socialbias: {role} ({spec.provider}:) runs in each process that runs cases, "
-                         f"{device_plan(spec, state.settings.gpus, roles.xdist_workers(config))}")
-            batch = spec.runtime.get("max_batch", provider_named(spec.provider).batch_defaults[0])
-            if isinstance(batch, int) and batch > state.settings.concurrency:
-                lines.append(f"socialbias: {role}: max_batch={batch}, but at most {state.settings.concurrency} calls "
-                             "are in flight per process, for every role together (--socialbias-concurrency): "
-                             "batches stay smaller; raise the concurrency to fill them")
-    head = state.models.classifier
-    if head is not None:
-        from .judges.classifier import THREE_CLASS
-
-        labels = ", ".join(f"{label} -> {target}" for label, target in head.mapping.items())
-        what = "three-class" if head.output == THREE_CLASS else "binary (cannot tell OB from BB)"
-        lines.append(f"socialbias: guard is a {what} classifier head: {labels} ({head.source})")
-    return lines
+    return header_lines(state.settings, state.models, state.aggregator, process.xdist_workers(config))
 
 
 # ---- collection --------------------------------------------------------------------
@@ -401,16 +323,16 @@ MODELS_LINE = pytest.StashKey[str]()  # --collect-only: the models a real run wo
 
 
 def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items) -> list[str]:
-    if not _role(config).aggregates:
+    if not _part(config).aggregates:
         return []
     return _collection_lines(config, start_path)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Under xdist only the workers collect: each hands its collection lines to the
-    controller (XdistController prints them once, in the terminal summary)."""
+    controller (XdistControllerHooks prints them once, in the terminal summary)."""
     config = session.config
-    if isinstance(_role(config), roles.Worker):
+    if isinstance(_part(config), process.XdistWorker):
         config.workeroutput["socialbias_collection"] = _collection_lines(config, Path(config.invocation_params.dir))
 
 
@@ -516,13 +438,13 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     cases = [item for item in items if isinstance(item, CaseItem)]
     if not cases:
         return
-    role = state.models.role
+    part = state.models.part
     # A dry run and --collect-only call no model: they need none installed or given.
     plan_only = bool(state.settings.dry_run or config.option.collectonly)
     try:
         state.models.use_local_default(plan_only=plan_only)
     except ConfigError as exc:
-        if role.usage_errors():
+        if part.usage_errors():
             raise pytest.UsageError(str(exc)) from None
         state.setup_error = str(exc)
     state.protocols = {item.case.protocol for item in cases}
@@ -534,7 +456,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             line += f"; a real run also needs {', '.join(missing)}"
         config.stash[MODELS_LINE] = line
         missing = []
-    if missing and role.usage_errors():
+    if missing and part.usage_errors():
         raise pytest.UsageError(
             f"{len(cases)} social-bias case(s) collected but no model given for "
             f"{', '.join(missing)}: pass e.g. {' '.join(m + '=openai:MODEL' for m in missing)} "
@@ -555,7 +477,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     batches = batch_ids([item.nodeid for item in items], lambda f: suite_batch_size(root / f, state.settings.batch_size))
     for item in cases:
         state.cases.add(item.case, batches.get(item.nodeid, item.nodeid))
-    if state.settings.dry_run and role.aggregates:
+    if state.settings.dry_run and part.aggregates:
         state.aggregator.dry_plan = state.cases.dry_run_plan([item.case for item in cases])
         state.aggregator.dry_plan["power"] = state.aggregator.power_forecast([item.case for item in cases])
         state.aggregator.dry_plan["models"] = state.models.models_line()
@@ -585,7 +507,7 @@ def _take_shard(config: pytest.Config, state: RunState, items: list, cases: list
     if len(mine) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in mine])
         items[:] = mine
-    if isinstance(state.models.role, roles.Worker):
+    if isinstance(state.models.part, process.XdistWorker):
         config.workeroutput["socialbias_selection"] = state.selection
         config.workeroutput["socialbias_share"] = state.share
     return kept
@@ -593,7 +515,7 @@ def _take_shard(config: pytest.Config, state: RunState, items: list, cases: list
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     state = session.config.stash.get(STATE, None)
-    if state is not None and isinstance(state.models.role, roles.Worker):
+    if state is not None and isinstance(state.models.part, process.XdistWorker):
         # What this worker's in-process batchers gathered, for the controller's report
         # (xdist sends workeroutput after this hook).
         from .models.batchstats import process_entry
@@ -615,7 +537,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if isinstance(item, CaseItem):
         state = item.config.stash[STATE]
-        if state.cases.progress is None and state.models.role.aggregates:
+        if state.cases.progress is None and state.models.part.aggregates:
             state.cases.progress = _progress_writer(item.config)
 
 
@@ -686,8 +608,9 @@ def pytest_report_teststatus(report, config):
     return None
 
 
-class XdistController:
-    """xdist-only hooks, registered only when xdist is there (so -p no:xdist works)."""
+class XdistControllerHooks:
+    """The xdist controller's hooks (the scheduler, what workers are handed and hand back),
+    registered only when xdist is there (so -p no:xdist works)."""
 
     def __init__(self, state: RunState):
         self.state = state
@@ -705,7 +628,7 @@ class XdistController:
         """Workers talk to the servers this process started (models/managed.py)."""
         from .models import managed
 
-        node.workerinput["socialbias_servers"] = dict(managed.URLS)
+        node.workerinput["socialbias_servers"] = dict(managed.urls())
         node.workerinput["socialbias_run"] = self.state.models.run_id
 
     def pytest_testnodedown(self, node, error) -> None:
@@ -727,7 +650,7 @@ class XdistController:
             terminalreporter.write_line(printable(line))
 
 
-class Controller:
+class AggregatingHooks:
     """Hooks of the process that aggregates: the xdist controller, or the only process.
 
     Registered only there, so workers never aggregate or gate. Records arrive through
@@ -782,47 +705,18 @@ class Controller:
         self.unwritten = write_files(result)
         if self.unwritten:
             session.testsfailed += 1  # a CI step would find no report, or an old one
-        _junit_properties(session.config, result)
-        _junit_verdicts(session.config, result, self.unwritten)
+        add_junit_properties(session.config, result)
+        add_junit_verdicts(session.config, result, self.unwritten)
 
     def _write_partial(self, session: pytest.Session) -> None:
-        """A shard's end: its records and the run's metadata to the partial file; no gate,
-        no comparison, no report (combine makes them from every shard's file)."""
-        from .shards import Shard, partial_data, record_key, selection_digest, write_partial
+        """A shard's end: its records to the partial file, nothing decided (shards.py)."""
+        from .shards import write_shard
 
-        state, aggregator = self.state, self.state.aggregator
-        settings, models = state.settings, state.models
-        aggregator.name_local_models()
-        shard = settings.shard or Shard(1, 1, "--socialbias-partial")
-        selection = state.selection or {
-            "cases": len(aggregator.records),
-            "sha256": selection_digest(record_key(r) for r in aggregator.records),
-        }
-        judge_check = None
-        if aggregator.judge_reference is not None and shard.index == 1:  # asked once per run
-            asked = aggregator.ask_judge()
-            if asked is not None:
-                shown, items, answers = asked
-                judge_check = {"shown": shown, "items": items, "answers": answers,
-                               "usage": aggregator.judge_check_usage.to_dict()}
-        data = partial_data(
-            shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
-            records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
-            failures_before=session.testsfailed, stopped_early=aggregator.partial,
-            judge_check=judge_check, suite_files=aggregator.suite_files, batching=aggregator.batching(),
-            selection_filters=aggregator.selection_filters,
-        )
-        share = state.share or {"cases": len(aggregator.records)}
-        calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""
-        self.shard_lines = [
-            f"shard {shard} ({shard.source}): {share['cases']} of the run's {selection['cases']} case(s){calls}",
-            f"partial file: {shown_path(settings.partial)} ({len(aggregator.records)} record(s)); no gate is decided "
-            "here: `python -m pytest_socialbias combine PARTS...` decides them from every shard's file",
-        ]
-        try:
-            write_partial(settings.partial, data)
-        except OSError as exc:
-            self.unwritten.append(f"--socialbias-partial={settings.partial}: not written ({exc.strerror or exc})")
+        state = self.state
+        self.shard_lines, problem = write_shard(state.settings, state.models, state.aggregator, state.selection,
+                                                state.share, session.testsfailed)
+        if problem is not None:
+            self.unwritten.append(problem)
             session.testsfailed += 1
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -835,7 +729,7 @@ class Controller:
                 terminalreporter.write_line(printable(line))
             for problem in self.unwritten:
                 terminalreporter.write_line(f"ERROR: {problem}", red=True, bold=True)
-            _count_failures(terminalreporter, [], [("socialbias::report", problem) for problem in self.unwritten])
+            count_failures(terminalreporter, [], [("socialbias::report", problem) for problem in self.unwritten])
             return
         plan = self.state.aggregator.dry_plan
         if plan is not None:
@@ -860,92 +754,8 @@ class Controller:
         failures = [(nodeid, message) for nodeid, outcome, message, _ in junit_gate_cases(result, self.unwritten)
                     if outcome == "failed"]
         gates_file = result.gates_file or "thresholds.yaml"
-        _count_failures(terminalreporter, [f for f in failures if f[0].startswith(gates_file + "::")],
+        count_failures(terminalreporter, [f for f in failures if f[0].startswith(gates_file + "::")],
                         [f for f in failures if not f[0].startswith(gates_file + "::")])
-
-
-class _UncountedReport(pytest.TestReport):
-    """A failed report that pytest's last line does not count (_count_failures)."""
-
-    count_towards_summary = False
-
-
-def _count_failures(terminalreporter, gates: list[tuple[str, str]], others: list[tuple[str, str]]) -> None:
-    """What fails the run, on pytest's last line and in its colour: ``1 failed gate``
-    (a gate that failed or cannot decide) and ``1 socialbias failure`` (an ungated suite,
-    a partial run, flipped snapshots, a report not written), in red.
-
-    pytest builds that line from ``terminalreporter.stats``: one part per key, counting
-    its reports; the line is red when a ``failed`` key is there. So each failure goes in
-    twice: under our key, counted, and under ``failed``, not counted
-    (``count_towards_summary``), which makes the line red and lists the failure in the
-    short test summary (``FAILED thresholds.yaml::bias - ...``) without calling it a
-    failed test. A part's own colour comes from a table private to pytest: set for our
-    keys when it is there (without it the part is yellow, the line still red). pytest
-    also keeps the list of keys it shows from its last progress line when the run stopped
-    early (-x): that list is dropped so it is made again with ours."""
-    if gates or others:
-        if getattr(terminalreporter, "_known_types", None) is not None:
-            terminalreporter._known_types = None
-    for key, failures in (("failed gate", gates), ("socialbias failure", others)):
-        if not failures:
-            continue
-        key = key if len(failures) == 1 else key + "s"
-        try:
-            from _pytest import terminal
-
-            terminal._color_for_type.setdefault(key, "red")
-        except (ImportError, AttributeError):  # pragma: no cover - pytest moved it
-            pass
-        for nodeid, message in failures:
-            location = (nodeid.split("::")[0], None, nodeid)
-            counted = pytest.TestReport(nodeid=nodeid, location=location, keywords={}, outcome="failed",
-                                        longrepr=message, when="call")
-            red = _UncountedReport(nodeid=nodeid, location=location, keywords={}, outcome="failed",
-                                   longrepr=message, when="call")
-            terminalreporter.stats.setdefault(key, []).append(counted)
-            terminalreporter.stats.setdefault("failed", []).append(red)
-
-
-def _junit_verdicts(config: pytest.Config, result, unwritten: list[str]) -> None:
-    """What decides the run, as JUnit test cases, so that a CI test view (GitLab's merge
-    request widget, GitHub's test reporters) says what the exit status says: one case per
-    gate (``thresholds.yaml::NAME``: failed with its numbers and reason, skipped when not
-    evaluated), plus a failed case for a run that fails without any gate failing (no
-    thresholds file under --socialbias-strict, flipped snapshots, a report not written)."""
-    try:
-        from _pytest.junitxml import xml_key
-    except ImportError:  # pragma: no cover - pytest moved it
-        return
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    from .report.terminal import junit_gate_cases
-
-    for nodeid, outcome, message, properties in junit_gate_cases(result, unwritten):
-        location = (nodeid.split("::")[0], None, nodeid)
-        longrepr = (location[0], 0, message) if outcome == "skipped" else message
-        for when, phase_outcome in (("call", outcome), ("teardown", "passed")):
-            report = pytest.TestReport(
-                nodeid=nodeid, location=location, keywords={}, outcome=phase_outcome,
-                longrepr=longrepr if when == "call" else None, when=when, user_properties=list(properties),
-            )
-            xml.pytest_runtest_logreport(report)
-
-
-def _junit_properties(config: pytest.Config, result) -> None:
-    """Gate verdicts, key metrics and comparison verdicts as ``--junitxml`` properties."""
-    try:
-        from _pytest.junitxml import xml_key  # no public API for suite-level properties
-    except ImportError:  # pragma: no cover - pytest moved it
-        return
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    from .report.terminal import junit_properties
-
-    for name, value in junit_properties(result):
-        xml.add_global_property(name, value)
 
 
 # ---- fixtures ---------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError
@@ -230,6 +231,48 @@ def _benevdial_unreachable(gate, cases) -> tuple[str | None, str | None]:
         return (f"no pair of the suite differs in {axis} (its pairs' axes: {', '.join(sorted(axes))}); "
                 "sample more pairs, fix the gate's axis or add allow_empty: true"), "category"
     return None, None
+
+
+@dataclass
+class Thresholds:
+    """The gates of a run's thresholds file, as load_thresholds read them."""
+
+    gates: list
+    file: Path | None = None  # None: no thresholds file (none given, no thresholds.yaml)
+    known: set | None = None  # the project's suite names, when looked up
+    pending: object = None  # the file's own problems (gates.GateProblems), kept to be named with more
+
+
+def load_thresholds(settings, root: Path, option: str = "--socialbias-thresholds", look_up_suites: bool = True,
+                    keep_problems: bool = False) -> Thresholds:
+    """The gates of the thresholds file ``settings`` name (``--socialbias-thresholds``, else
+    thresholds.yaml in ``root`` if present), for a run (plugin.py) and for combine alike.
+    ``look_up_suites``: read the project's suite names, so that a gate naming a misspelt
+    suite is named with the file's other problems (with --socialbias-gates-for=all they are
+    checked here and ``judge-check`` counts as one). A problem of the file is a ConfigError
+    (gates.GateProblems), unless ``keep_problems`` and the names were looked up: then it is
+    kept in ``pending``, with the gates read, to be named with the problems the run's
+    suites add (plugin._preflight)."""
+    from .gates import GateProblems, load_gates
+
+    if settings.thresholds is None and not settings.thresholds_file.exists():
+        return Thresholds([])
+    if not settings.thresholds_file.exists():
+        raise ConfigError(f"{option}={settings.thresholds}: file not found; give an existing thresholds.yaml or leave "
+                          "the option out")
+    every = settings.gates_for != "present"
+    known = None
+    if look_up_suites:
+        known = project_suite_names(root)
+        if every:
+            known = known | set(SPECIAL_SUITES)
+    try:
+        gates = load_gates(settings.thresholds_file, known_suites=known if every else None, root=root)
+    except GateProblems as exc:
+        if not keep_problems or known is None:
+            raise
+        return Thresholds(exc.gates, settings.thresholds_file, known, exc)
+    return Thresholds(gates, settings.thresholds_file, known)
 
 
 def check_gate_suites(gates, thresholds: Path, root: Path, present_only: bool = False,

@@ -194,6 +194,49 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
     }
 
 
+def write_shard(settings, models, aggregator, selection: dict | None, share: dict | None,
+                failures_before: int) -> tuple[list[str], str | None]:
+    """A shard's end (plugin.AggregatingHooks): its records and the run's metadata
+    (partial_data) written to ``--socialbias-partial``; no gate, no comparison, no report
+    (combine makes them from every shard's file). ``selection``: what was selected before
+    sharding, and ``share``: this shard's part of it (None: the whole run as shard 1/1).
+    Returns the lines the terminal summary shows and the problem writing the file, if any."""
+    from .files import shown_path
+
+    aggregator.name_local_models()
+    shard = settings.shard or Shard(1, 1, "--socialbias-partial")
+    selection = selection or {
+        "cases": len(aggregator.records),
+        "sha256": selection_digest(record_key(r) for r in aggregator.records),
+    }
+    judge_check = None
+    if aggregator.judge_reference is not None and shard.index == 1:  # asked once per run
+        asked = aggregator.ask_judge()
+        if asked is not None:
+            shown, items, answers = asked
+            judge_check = {"shown": shown, "items": items, "answers": answers,
+                           "usage": aggregator.judge_check_usage.to_dict()}
+    data = partial_data(
+        shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
+        records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
+        failures_before=failures_before, stopped_early=aggregator.partial,
+        judge_check=judge_check, suite_files=aggregator.suite_files, batching=aggregator.batching(),
+        selection_filters=aggregator.selection_filters,
+    )
+    share = share or {"cases": len(aggregator.records)}
+    calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""
+    lines = [
+        f"shard {shard} ({shard.source}): {share['cases']} of the run's {selection['cases']} case(s){calls}",
+        f"partial file: {shown_path(settings.partial)} ({len(aggregator.records)} record(s)); no gate is decided "
+        "here: `python -m pytest_socialbias combine PARTS...` decides them from every shard's file",
+    ]
+    try:
+        write_partial(settings.partial, data)
+    except OSError as exc:
+        return lines, f"--socialbias-partial={settings.partial}: not written ({exc.strerror or exc})"
+    return lines, None
+
+
 def _relative(path, root) -> str:
     try:
         return Path(path).resolve().relative_to(Path(root).resolve()).as_posix()

@@ -450,7 +450,7 @@ def _binomial_tail(k: int, q: float, c: int) -> float:
     return min(1.0, run(c, min(k, int(mean + spread) + 1)))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)  # process-wide: a pure function of its arguments
 def _mcnemar_critical(k: int, alpha: float) -> int:
     """The smallest n01 the one-sided exact McNemar test rejects at with k discordant
     pairs: P(Binomial(k, 1/2) >= c) <= alpha (k + 1: never)."""
@@ -589,7 +589,7 @@ def _smallest_detectable(power_at, low: float, high: float, power: float) -> flo
     return high
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # process-wide: a pure function of its arguments
 def _margin_critical(n: int, margin: float, alpha: float) -> float | None:
     """The smallest Tango statistic the exact unconditional margin test rejects at with n
     pairs (its p-value ``exact_margin_tail`` at most ``alpha``), found by bisection over
@@ -624,7 +624,7 @@ def margin_test_power(n: int, discordance: float, difference: float, margin: flo
     return _region_probability(n, difference, p10, region, complement, _log_factorials(n))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # process-wide: a pure function of its arguments
 def _margin_rejection_region(n: int, margin: float, alpha: float):
     """``_region`` of the outcomes the margin test rejects (see ``_margin_critical``)."""
     critical = _margin_critical(n, margin, alpha)

@@ -29,7 +29,7 @@ from .vocabulary import GUARD_ERROR, INTERNAL_ERROR, MODEL_ERROR
 
 class CaseRunner:
     def __init__(self, models):
-        self.models = models  # its role (roles.py) says which batches start beside a waited one
+        self.models = models  # its process part (process.py) says which batches start beside a waited one
         # Batches this process may run: batch id -> selected cases, in collection order.
         self.batches: dict[str, list] = {}
         self._batch_of_case: dict[str, str] = {}
@@ -64,7 +64,7 @@ class CaseRunner:
         """Start the batches this process's role runs beside the current one: every batch
         on a single process, the batches xdist has already queued on a worker (checked
         again while waiting: they may arrive late)."""
-        for case in self.models.role.upcoming(self):
+        for case in self.models.part.upcoming(self):
             if case.key not in self._futures and case.key in self._batch_of_case:
                 self._start(self._batch_of_case[case.key], [])
 
@@ -150,7 +150,7 @@ class CaseRunner:
             if model is None:
                 return None
             copied = copy.copy(model)
-            copied.settings = pool
+            copied.pool = pool
             copied._backend = None
             return copied
 

@@ -477,8 +477,8 @@ def test_concurrent_texts_are_scored_in_batches_and_cut_from_both_ends(tmp_path,
         try:
             return await asyncio.gather(*(model.chat([{"role": "user", "content": t}]) for t in texts))
         finally:
-            batches = [list(b.batches) for b in model.settings._backends.values()]
-            await model.settings.aclose()
+            batches = [list(b.batches) for b in model.pool._backends.values()]
+            await model.pool.aclose()
             ask.batches = batches
 
     answers = asyncio.run(ask())

@@ -92,7 +92,7 @@ def test_an_api_simulator_is_asked_as_before_through_the_real_client():
                 with pytest.raises(dialogue.UserSimulatorFailure, match="broke role on all 3 draws"):
                     await dialogue.simulate_user(model, CASE, list(TURNS), None, SimulatorRecord())
             finally:
-                await model.settings.aclose()
+                await model.pool.aclose()
 
         asyncio.run(go())
         calls = [r for r in server.requests if not r.endpoint_check]
@@ -159,7 +159,7 @@ def test_the_embedded_model_continues_one_user_line_reproducibly():
             chat = await model.chat(asked.messages, template=asked.template_id, sample=0)
             return first, again, other, chat
         finally:
-            await model.settings.aclose()
+            await model.pool.aclose()
 
     first, again, other, chat = asyncio.run(go())
     assert first.text and "\n" not in first.text  # one user line, stopped at its end

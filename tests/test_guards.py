@@ -322,14 +322,14 @@ def test_granite_guardian_garbage_is_unreadable(text):
 
 def run_screen(server, model_name, kind, usage=None, **kwargs):
     async def go():
-        settings = CallPool(cache=None, concurrency=4)
+        pool = CallPool(cache=None, concurrency=4)
         guard = Model(
-            "guard", parse_spec(f"openai:{model_name}@{server.openai_base_url}"), "--socialbias-guard", settings
+            "guard", parse_spec(f"openai:{model_name}@{server.openai_base_url}"), "--socialbias-guard", pool
         )
         try:
             return await screen(guard, kind, USER, REPLY, usage=usage, **kwargs)
         finally:
-            await settings.aclose()
+            await pool.aclose()
 
     return asyncio.run(go())
 

@@ -302,7 +302,7 @@ def test_an_answer_over_the_size_cap_is_a_model_error_before_the_cache(keys, tmp
                 await chat(m, "a big one")
             small = await chat(m, "a small one")
             raised = await capped.chat([{"role": "user", "content": "a big one"}])
-            await capped.settings.aclose()
+            await capped.pool.aclose()
             return caught.value.reason, small.text, raised.text
 
         reason, small, raised = run_closing(pool, body)

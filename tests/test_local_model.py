@@ -73,7 +73,7 @@ def test_repeated_draws_differ_and_each_is_reproducible():
         first = await model.chat(messages, sample=0)
         again = await model.chat(messages, sample=0)
         second = await model.chat(messages, sample=1)
-        await model.settings.aclose()
+        await model.pool.aclose()
         return first.text, again.text, second.text
 
     first, again, second = asyncio.run(draws())

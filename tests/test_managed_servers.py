@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_socialbias import runcache
 from pytest_socialbias.models import managed, parse_spec
 
 pytestmark = [pytest.mark.local_model, pytest.mark.slow]
@@ -307,9 +308,11 @@ def test_checkpoint_identity_follows_content_not_path(tmp_path):
         folder.mkdir()
         (folder / "config.json").write_text('{"hidden_size": 8}')
         (folder / "model.safetensors").write_bytes(b"x" * 10)
-    managed.checkpoint_identity.cache_clear()
-    assert managed.checkpoint_identity(str(one)) == managed.checkpoint_identity(str(two))
-    (two / "config.json").write_text('{"hidden_size": 16}')
-    managed.checkpoint_identity.cache_clear()
-    assert managed.checkpoint_identity(str(one)) != managed.checkpoint_identity(str(two))
+    with runcache.scope():
+        assert managed.checkpoint_identity(str(one)) == managed.checkpoint_identity(str(two))
+        (two / "config.json").write_text('{"hidden_size": 16}')
+        # Read once per run: this run keeps what it read; the next one reads it again.
+        assert managed.checkpoint_identity(str(one)) == managed.checkpoint_identity(str(two))
+    with runcache.scope():
+        assert managed.checkpoint_identity(str(one)) != managed.checkpoint_identity(str(two))
     assert managed.checkpoint_identity("meta-llama/Llama-3.1-8B-Instruct") == "meta-llama/Llama-3.1-8B-Instruct"

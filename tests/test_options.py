@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_socialbias.options import HELP_GROUPS, OPTIONS, Settings
+from pytest_socialbias.options import HELP_GROUPS, OPTIONS, Settings, Where, read_settings
 
 OPTIONS_PAGE = (Path(__file__).resolve().parents[1] / "docs" / "options.md").read_text(encoding="utf-8")
 
@@ -18,6 +18,46 @@ def test_every_option_sets_one_settings_field():
     fields = {f.name for f in dataclasses.fields(Settings)} - {"root"}
     assert sorted(o.field for o in OPTIONS) == sorted(fields)
     assert len({o.flag for o in OPTIONS}) == len(OPTIONS)
+
+
+def test_each_default_is_declared_once_in_the_option_table():
+    """Settings' defaults are the option table's (options._default), so the two cannot
+    drift: a field whose option declares no default has none of its own either (None, or
+    False for a flag left off)."""
+    fields = {f.name: f.default for f in dataclasses.fields(Settings)}
+    here = Where(root=Path("."), invocation=Path("."))
+    declared = {o.field: o.convert(o.default, here) for o in OPTIONS if o.default is not None}
+    assert declared == {"concurrency": 16, "record": "new", "cache_dir": Path(".socialbias"),
+                        "guard_policy": "follow", "simulator_check": "rules", "gates_for": "all"}
+    for option in OPTIONS:
+        if option.default is not None:
+            assert fields[option.field] == declared[option.field], option.flag
+        else:
+            assert fields[option.field] in (None, False), f"{option.field}: a default outside the option table"
+
+
+@pytest.mark.parametrize("option", [o for o in OPTIONS if o.default is not None], ids=lambda o: o.flag)
+def test_the_help_of_an_option_with_a_default_names_it(option):
+    assert re.search(r"(?<![\w.])" + re.escape(option.default) + r"(?!\w)", option.help), option.help
+
+
+def test_a_run_given_no_option_reads_the_same_settings_as_settings_defaults(pytester):
+    """What pytest registers as an ini default and what Settings() holds agree, option
+    by option (paths resolved under the rootdir as the run resolves them)."""
+    read = []
+
+    class Reader:
+        def pytest_configure(self, config):
+            read.append(read_settings(config))
+
+    pytester.makeini("[pytest]\n")
+    pytester.runpytest_inprocess("--co", "-q", plugins=[Reader()])
+    settings = read[0]
+    for option in OPTIONS:
+        given, default = getattr(settings, option.field), getattr(Settings(), option.field)
+        if option.field == "cache_dir":
+            default = settings.root / default
+        assert given == default, option.flag
 
 
 @pytest.mark.parametrize("option", OPTIONS, ids=lambda o: o.flag)

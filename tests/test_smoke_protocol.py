@@ -120,8 +120,8 @@ def always(answer):
 
 
 def make_model(spec, cache=None, role="target", defaults=None):
-    settings = CallPool(cache=cache, concurrency=4)
-    return Model(role, parse_spec(spec, option="--target"), "--target", settings, defaults=defaults or {})
+    pool = CallPool(cache=cache, concurrency=4)
+    return Model(role, parse_spec(spec, option="--target"), "--target", pool, defaults=defaults or {})
 
 
 @pytest.fixture
@@ -185,7 +185,7 @@ def test_second_identical_call_is_a_cache_hit(api_keys, tmp_path):
     assert cache.count() == 2
     counts = usage.to_dict()["target"]
     assert (counts["calls"], counts["hits"], counts["misses"]) == (3, 1, 2)
-    assert model.settings.totals.to_dict()["target"]["hits"] == 1
+    assert model.pool.totals.to_dict()["target"]["hits"] == 1
     cache.close()
 
 

@@ -443,7 +443,7 @@ class Progress:
             self.stream.flush()
 
 
-async def generate(options: GenerateOptions, conditions: Conditions, jobs: Iterable[Job], models: list[Model], settings: CallPool, progress: Progress) -> GenerateResult:
+async def generate(options: GenerateOptions, conditions: Conditions, jobs: Iterable[Job], models: list[Model], pool: CallPool, progress: Progress) -> GenerateResult:
     """Run the jobs with ``options.concurrency`` workers that take them one at a time from
     ``jobs``, so only the jobs in flight exist as tasks (not one per dialogue)."""
     result = GenerateResult()
@@ -454,7 +454,7 @@ async def generate(options: GenerateOptions, conditions: Conditions, jobs: Itera
         for job in pending:  # one shared iterator: each job goes to one worker
             outcome = await generate_one(models[job.generator], conditions, job, turns)
             result.outcomes.append(outcome)
-            progress.update(outcome, _usage(settings)[1])
+            progress.update(outcome, _usage(pool)[1])
 
     workers = [asyncio.ensure_future(worker()) for _ in range(options.concurrency)]
     try:
@@ -462,13 +462,13 @@ async def generate(options: GenerateOptions, conditions: Conditions, jobs: Itera
     finally:
         for task in workers:
             task.cancel()  # after an interruption: stop what is still in flight
-        await settings.aclose()
-    result.calls, result.hits = _usage(settings)
+        await pool.aclose()
+    result.calls, result.hits = _usage(pool)
     return result
 
 
-def _usage(settings: CallPool) -> tuple[int, int]:
-    usage = settings.totals.roles.get(ROLE)
+def _usage(pool: CallPool) -> tuple[int, int]:
+    usage = pool.totals.roles.get(ROLE)
     return (usage.calls, usage.hits) if usage is not None else (0, 0)
 
 
@@ -638,13 +638,13 @@ def _generate_and_write(options: GenerateOptions, conditions: Conditions, picked
         except ConfigError as exc:
             raise ConfigError(_cli_words(str(exc))) from None
     try:
-        settings = CallPool(cache=cache, concurrency=options.concurrency)
+        pool = CallPool(cache=cache, concurrency=options.concurrency)
         defaults = options.decoding()
-        models = [Model(ROLE, spec, OPTION, settings, defaults=defaults) for spec in specs]
+        models = [Model(ROLE, spec, OPTION, pool, defaults=defaults) for spec in specs]
         jobs = iter_jobs(picked, len(models), options.style)
         progress = Progress(job_count(len(picked), len(models), options.style), stderr)
         try:
-            result = asyncio.run(generate(options, conditions, jobs, models, settings, progress))
+            result = asyncio.run(generate(options, conditions, jobs, models, pool, progress))
         except KeyboardInterrupt:
             progress.close()
             print(

@@ -235,7 +235,7 @@ def _cue_pattern(cue: str) -> str:
     return r"\s+".join(words)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)  # process-wide: a pure function of its arguments
 def _cue_regex(cues: tuple[str, ...]) -> re.Pattern | None:
     cleaned = {" ".join(c.split()).lower() for c in cues if c and c.strip()}
     if not cleaned:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from ..models.hf_classifier import DIGITS, answer_params, locate, read_head
 from ..registry import Registry
+from ..runcache import current
 from ..vocabulary import CLASSES
 
 #: What a label can be mapped to: one of the three classes, or ``B`` (biased, either form)
@@ -101,20 +102,18 @@ class ClassifierHead:
         }
 
 
-_RESOLVED: dict = {}
-
-
 def resolve_head(spec, option: str) -> ClassifierHead:
     """The head of classifier spec ``spec`` with its labels mapped, or ConfigError naming
     ``option``, the spec and the fix (module docstring). Read again only when the
-    checkpoint's config.json changes."""
+    checkpoint's config.json changes, and in every run (runcache.py)."""
     where = f"{option}={spec}"
     config = locate(spec.model, where) / "config.json"
     stat = config.stat() if config.is_file() else None
     key = (spec.resolved, stat and (stat.st_mtime_ns, stat.st_size))
-    if key not in _RESOLVED:
-        _RESOLVED[key] = _resolve(spec, where)
-    return _RESOLVED[key]
+    resolved = current().classifier_heads  # per run: the presets a conftest.py registers are the run's
+    if key not in resolved:
+        resolved[key] = _resolve(spec, where)
+    return resolved[key]
 
 
 def _resolve(spec, where: str) -> ClassifierHead:

@@ -24,8 +24,8 @@ def process_entry(models) -> dict | None:
     roles = models.batch_stats()
     if not roles:
         return None
-    # its xdist worker id, ``main`` for a run without workers (roles.py)
-    return {"process": models.role.process, "concurrency": models.settings.concurrency,
+    # its xdist worker id, ``main`` for a run without workers (process.py)
+    return {"process": models.part.process, "concurrency": models.settings.concurrency,
             "roles": roles}
 
 

@@ -345,7 +345,7 @@ class Model:
         role: str,
         spec: ModelSpec,
         option: str,
-        settings: CallPool,
+        pool: CallPool,
         defaults: dict | None = None,
         runner=None,
         check: EndpointCheck | None = None,
@@ -353,7 +353,7 @@ class Model:
         self.role = role
         self.spec = spec
         self.option = option
-        self.settings = settings
+        self.pool = pool  # the calls this model shares with the run's others: cache, limits, endpoint checks
         self.defaults = dict(defaults or {})
         self.provider = provider_of(spec)
         self._runner = runner
@@ -366,13 +366,13 @@ class Model:
         #: Whether a call of this role asked for answers held to labels (judges, guards):
         #: the endpoint's constraint method is reported only under such roles.
         self.asks_constrained = False
-        if not settings.is_placeholder(spec):
-            check_credentials(spec, option, not settings.calls_nothing)  # fail early, before any item runs
+        if not pool.is_placeholder(spec):
+            check_credentials(spec, option, not pool.calls_nothing)  # fail early, before any item runs
         # The endpoint check (module docstring): HTTP endpoints only; an in-process runtime
         # rejects nothing and holds answers to labels itself.
         self.check = check if check is not None and self.provider.can(ADAPTS) else None
         if self.check is not None:
-            settings.register_check(self)
+            pool.register_check(self)
 
     def __repr__(self) -> str:
         return f"Model(role={self.role!r}, spec={str(self.spec)!r})"
@@ -389,7 +389,7 @@ class Model:
     @property
     def backend(self):
         if self._backend is None:
-            self._backend = self.settings.backend_for(self.spec, self.option)
+            self._backend = self.pool.backend_for(self.spec, self.option)
         return self._backend
 
     @property
@@ -398,7 +398,7 @@ class Model:
 
     @property
     def adaptation(self) -> Adaptation:
-        return self.settings.adaptation(self.endpoint_key)
+        return self.pool.adaptation(self.endpoint_key)
 
     def _params(self, call: dict) -> dict:
         # A call's None is no parameter of its own; the spec's None drops the parameter.
@@ -551,8 +551,8 @@ class Model:
             messages, template=template, sample=sample, top_logprobs=top_logprobs, choices=choices,
             constrain=constrain, **call_params,
         )
-        cache = self.settings.cache
-        key = cache_key(request) if (cache is not None or self.settings.dry_run) else None
+        cache = self.pool.cache
+        key = cache_key(request) if (cache is not None or self.pool.dry_run) else None
         try:
             return await self._answer(request, key, choices, usage, adaptive_budget, checking)
         except CacheError as exc:
@@ -561,8 +561,8 @@ class Model:
     async def _answer(self, request: dict, key, choices, usage, adaptive_budget: bool, checking: bool) -> ChatResponse:
         """The answer to ``request``: recorded, planned (dry run), being asked by another
         call, or asked now (and recorded)."""
-        counters = [c for c in (usage, self.settings.totals) if c is not None]
-        cache = self.settings.cache
+        counters = [c for c in (usage, self.pool.totals) if c is not None]
+        cache = self.pool.cache
         if cache is not None:
             stored = cache.get(key)
             if stored is not None:
@@ -572,23 +572,23 @@ class Model:
                 for counter in counters:
                     counter.add(self.role, True, response)
                 return response
-            if cache.mode == "none" and not self.settings.dry_run:
+            if cache.mode == "none" and not self.pool.dry_run:
                 for counter in counters:
                     counter.add_unrecorded(self.role)
                 raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2,
-                                hint=self.settings.miss_hint)
-        if self.settings.dry_run:
+                                hint=self.pool.miss_hint)
+        if self.pool.dry_run:
             # A request repeated within the run is answered from the cache by then: sent
             # once, counted apart from what the cache holds now.
-            repeated = key in self.settings.dry_seen
-            self.settings.dry_seen.add(key)
+            repeated = key in self.pool.dry_seen
+            self.pool.dry_seen.add(key)
             response = dry_response(request, choices, key)
             for counter in counters:
                 counter.add(self.role, False, response, repeated=repeated)
             return response
         # The same request asked twice at once (two cases whose dialogues start alike) is
         # sent once and answered to both, so how many are sent never depends on timing.
-        in_flight = self.settings.in_flight
+        in_flight = self.pool.in_flight
         if key is not None and key in in_flight:
             response = await asyncio.shield(in_flight[key])
             for counter in counters:
@@ -599,7 +599,7 @@ class Model:
             in_flight[key] = answered
         try:
             if not checking:
-                await self.settings.ensure_checked(self)
+                await self.pool.ensure_checked(self)
             # Another process asking it now (a second run or worker on this cache): its answer.
             recorded = await cache.claim(key) if cache is not None else None
             if recorded is not None:
@@ -635,10 +635,10 @@ class Model:
         budget = None  # this call's own raised budget
         for _attempt in range(MAX_ADAPTATIONS + 1):
             sent = self.sent_request(request, adaptive_budget, budget)
-            version = self.settings.adapted_version
+            version = self.pool.adapted_version
             try:
-                async with self.settings.semaphore:
-                    if self.settings.adapted_version != version and self.sent_request(request, adaptive_budget, budget) != sent:
+                async with self.pool.semaphore:
+                    if self.pool.adapted_version != version and self.sent_request(request, adaptive_budget, budget) != sent:
                         raise _Stale()
                     response = await self._call(sent)
             except _Stale:
@@ -657,7 +657,7 @@ class Model:
                     budget = min(MAX_BUDGET, current * BUDGET_FACTOR)
                     if learn_budget:
                         asked = request["params"]["max_tokens"]
-                        self.settings.learn(self.endpoint_key, lambda a, asked=asked, budget=budget: a.set_budget(asked, budget))
+                        self.pool.learn(self.endpoint_key, lambda a, asked=asked, budget=budget: a.set_budget(asked, budget))
                     continue
             return response, sent
         raise ModelCallError(self.role, str(self.spec), f"gave up after {MAX_ADAPTATIONS} adaptations to the endpoint")
@@ -670,7 +670,7 @@ class Model:
                     f"the endpoint refuses constrain={method} ({exc.reason}); name another method or "
                     "?constrain=none",
                 )
-            self.settings.learn(self.endpoint_key, lambda a: a.fails(method))
+            self.pool.learn(self.endpoint_key, lambda a: a.fails(method))
             raise _MethodRefused(method)
 
         def move_on(adaptation) -> None:  # to the next method the endpoint has not refused
@@ -678,7 +678,7 @@ class Model:
             if adaptation.constrain is None:
                 adaptation.works(next((m for m in self._methods if m not in adaptation.failed), "none"))
 
-        self.settings.learn(self.endpoint_key, move_on)
+        self.pool.learn(self.endpoint_key, move_on)
 
     async def run_check(self) -> None:
         """This role's endpoint check (module docstring): one fixed request with the
@@ -709,18 +709,18 @@ class Model:
                 except _MethodRefused:
                     continue
                 if conforms(response.text, choices):
-                    self.settings.learn(self.endpoint_key, lambda a, method=method: a.works(method))
+                    self.pool.learn(self.endpoint_key, lambda a, method=method: a.works(method))
                     return
                 # Taken but not honoured: the endpoint ignores fields it does not know.
-                self.settings.learn(self.endpoint_key, lambda a, method=method: a.fails(method))
-            self.settings.learn(self.endpoint_key, lambda a: a.works("none"))
+                self.pool.learn(self.endpoint_key, lambda a, method=method: a.fails(method))
+            self.pool.learn(self.endpoint_key, lambda a: a.works("none"))
         except ModelCallError as exc:
             raise ModelCallError(self.role, str(self.spec), f"endpoint check failed: {exc.reason}") from exc
 
     def answer_unreadable(self, response: ChatResponse) -> None:
         """``response`` could not be read (a judge's or guard's answer off its labels):
         it stays an error of this run, and the next recording run asks it again (cache.py)."""
-        cache = self.settings.cache
+        cache = self.pool.cache
         if cache is not None and response.cache_key is not None:
             try:
                 cache.mark_unreadable(response.cache_key)
@@ -738,7 +738,7 @@ class Model:
                 f"the endpoint rejects {exc.name}={self.spec.params[exc.name]!r}, which the spec sets ({exc.reason}); "
                 f"drop it with ?{exc.name}=none or give a value it takes",
             )
-        self.settings.learn(self.endpoint_key, lambda a: a.dropped.setdefault(exc.name, exc.reason))
+        self.pool.learn(self.endpoint_key, lambda a: a.dropped.setdefault(exc.name, exc.reason))
 
     async def _call(self, request: dict) -> ChatResponse:
         last: BaseException | None = None
@@ -783,7 +783,7 @@ class Model:
         url = None
         if self.provider.can(ADAPTS):
             url = self.spec.base_url or self.provider.known_url(self.spec) or self.backend.base_url
-        self._guard = guard_for(self.role, self.spec, url, self.settings.bounds)
+        self._guard = guard_for(self.role, self.spec, url, self.pool.bounds)
         return self._guard
 
     def chat_sync(self, messages: list[dict], **kwargs) -> ChatResponse:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..runcache import current
 from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse, request_seed
 from .batcher import RowBatcher
 
@@ -45,14 +46,14 @@ DEFAULT_MAX_BATCH = 16
 DEFAULT_BATCH_WAIT_MS = 5.0
 DEFAULT_MAX_TOKENS = 256
 SETTINGS = ("device", "device_map", "dtype", "max_batch", "batch_wait_ms", "gguf_file")
-#: Models loaded in this process: (model, device, dtype, gguf_file, gpus) -> (tokenizer, model, device).
-_LOADED: dict = {}
-#: Loads that failed in this process, by the same key: the error every later call gets.
-_FAILED: dict = {}
+#: Held while a model is loaded: the run's models and failed loads (runcache.py: hf_models,
+#: hf_failed) are shared by every backend of the run.
 _LOADED_LOCK = threading.Lock()
 #: The decoding parameters this backend takes; any other is refused with the spec.
 DECODING = ("temperature", "top_p", "max_tokens", "seed")
-#: Every batch this process decoded: (rows, generated tokens, seconds); for benchmarks.
+#: Every batch this process decoded: (rows, generated tokens, seconds). A log, not a cache:
+#: process-wide so that a benchmark reads it after an in-process run (benchmarks/gpu.py),
+#: which empties it first; nothing in a run reads it.
 BATCH_LOG: list = []
 
 
@@ -198,20 +199,24 @@ class HFBackend:
                 return
             settings = self.spec.runtime
             key = (self.spec.model, settings.get("device"), settings.get("dtype"), settings.get("gguf_file"), self.gpus)
+            # Loaded once per run and shared by its roles; the next run loads it again
+            # (runcache.py), and tries again a load that failed.
+            caches = current()
+            loaded, failed = caches.hf_models, caches.hf_failed
             with _LOADED_LOCK:
-                if key in _FAILED:  # a load that failed is not tried again for every case
-                    raise _FAILED[key]
-                if key not in _LOADED:
+                if key in failed:  # a load that failed is not tried again for every case
+                    raise failed[key]
+                if key not in loaded:
                     try:
-                        _LOADED[key] = self._load_model()
+                        loaded[key] = self._load_model()
                     except ConfigError as exc:
-                        _FAILED[key] = exc
+                        failed[key] = exc
                         raise
                     except Exception as exc:  # late failures too: out of memory while moving it
-                        _FAILED[key] = ConfigError(f"{self.option}={self.spec}: cannot load the model: "
-                                                   f"{type(exc).__name__}: {exc}")
-                        raise _FAILED[key] from None
-            self._tokenizer, self._model, self._device = _LOADED[key]
+                        failed[key] = ConfigError(f"{self.option}={self.spec}: cannot load the model: "
+                                                  f"{type(exc).__name__}: {exc}")
+                        raise failed[key] from None
+            self._tokenizer, self._model, self._device = loaded[key]
 
     def _load_model(self) -> tuple:
         """(tokenizer, model, device): loading a GGUF file dequantises it and converts its

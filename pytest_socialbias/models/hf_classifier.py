@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..runcache import current
 from .base import FINISH_LENGTH, FINISH_STOP, ChatResponse
 from .batcher import RowBatcher
 
@@ -65,13 +66,12 @@ ANSWER_SETTINGS = ("dtype", "max_length", "truncate", "pair")
 DIGITS = 6
 #: ``model_max_length`` of a tokenizer that sets none (transformers' "very large" sentinel).
 _NO_LIMIT = 1_000_000
-#: Loaded in this process: (folder, fingerprint, device, dtype, max_length, gpus) -> (tokenizer, model, device, limit).
-_LOADED: dict = {}
+#: Held while a head is loaded (the run's loaded heads: runcache.py, classifier_models).
 _LOADED_LOCK = threading.Lock()
-#: (folder, file stats) -> fingerprint: each checkpoint is read once per process.
+#: (folder, every file's name, size and modification time) -> fingerprint: process-wide, as
+#: the fingerprint is a function of the files' content, which the key follows (a file
+#: rewritten has another modification time): each checkpoint is read once per process.
 _FINGERPRINTS: dict = {}
-#: Model id -> its snapshot folder in the local Hugging Face cache.
-_SNAPSHOTS: dict = {}
 
 
 def check_available(option: str) -> None:
@@ -147,14 +147,15 @@ def locate(model: str, where: str) -> Path:
 def _cached_snapshot(model: str) -> Path | None:
     if model.count("/") > 1 or model.startswith((".", "/", "~")):
         return None  # a path that is not there, not a model id
-    if model not in _SNAPSHOTS:
+    snapshots = current().hub_snapshots  # per run: a download in between finds a newer one
+    if model not in snapshots:
         try:
             from huggingface_hub import snapshot_download
 
-            _SNAPSHOTS[model] = Path(snapshot_download(repo_id=model, local_files_only=True))
+            snapshots[model] = Path(snapshot_download(repo_id=model, local_files_only=True))
         except Exception:  # not installed, not cached, or not a valid id: the caller says what to do
             return None
-    return _SNAPSHOTS[model]
+    return snapshots[model]
 
 
 @dataclass(frozen=True)
@@ -279,10 +280,11 @@ class HFClassifierBackend:
                 # The fingerprint too: a folder retrained in place is another model.
                 key = (str(self.folder), checkpoint_fingerprint(self.folder), settings.get("device"),
                        settings.get("dtype", "float32"), settings.get("max_length"), self.gpus)
+                loaded = current().classifier_models  # once per run, shared by its roles
                 with _LOADED_LOCK:
-                    if key not in _LOADED:
-                        _LOADED[key] = self._load_model()
-                self._loaded = _LOADED[key]
+                    if key not in loaded:
+                        loaded[key] = self._load_model()
+                self._loaded = loaded[key]
             return self._loaded
 
     def _load_model(self) -> tuple:

@@ -204,6 +204,7 @@ class LocalBackend:
             self._models.clear()
 
 
+#: Process-wide, filled once: a function of the installed llama_cpp alone, which no run changes.
 _SAMPLING: set = set()
 
 
@@ -220,6 +221,7 @@ def _sampling_parameters() -> set:
     return _SAMPLING
 
 
+#: Process-wide, filled once: a function of the installed llama_cpp alone (as _SAMPLING).
 _COMPLETION: set = set()
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import functools
 import hashlib
 import json
 import os
@@ -60,6 +59,7 @@ from types import FrameType
 from typing import Any, Callable, overload
 
 from ..errors import ConfigError
+from ..runcache import current
 from . import reaper
 
 #: How long a server may take to answer /v1/models (loading weights can take minutes).
@@ -86,11 +86,18 @@ _PR_SET_PDEATHSIG = 1
 # --------------------------------------------------------------------------- identity
 
 
-@functools.lru_cache(maxsize=64)
 def checkpoint_identity(model: str) -> str:
     """What names ``model`` in the cache key: ``sha256:...`` of a checkpoint on disk (a
     folder: its config.json and weights index, or the names and sizes of its weight
-    files; a file: its size and first and last MiB), else the name as given (a hub name)."""
+    files; a file: its size and first and last MiB), else the name as given (a hub name).
+    Read once per run (runcache.py): a checkpoint replaced between runs is read again."""
+    known = current().checkpoints
+    if model not in known:
+        known[model] = _checkpoint_identity(model)
+    return known[model]
+
+
+def _checkpoint_identity(model: str) -> str:
     path = Path(model).expanduser()
     digest = hashlib.sha256()
     if path.is_dir():
@@ -349,9 +356,11 @@ def plans_for(spec, option: str, gpus: str | None, worker: str | None = None) ->
 
 # --------------------------------------------------------------------------- the registry
 
-#: Server key -> base URL, on every process of a run (the controller starts them; workers
-#: get the URLs through xdist's workerinput).
-URLS: dict[str, str] = {}
+def urls() -> dict[str, str]:
+    """Server key -> base URL of the run's managed servers, on every process of the run
+    (the controller starts the shared ones, and its workers get their URLs through xdist's
+    workerinput: plugin.py); the run's own (runcache.py)."""
+    return current().servers
 
 
 def urls_for(spec) -> list[str]:
@@ -361,8 +370,9 @@ def urls_for(spec) -> list[str]:
     count = replica_count(spec)
     for key in (json.dumps([server_key(spec), worker or "main"]), server_key(spec)):
         keys = [key] if count == 1 else [_replica_key(key, r) for r in range(1, count + 1)]
-        if all(k in URLS for k in keys):
-            return [URLS[k] for k in keys]
+        known = urls()
+        if all(k in known for k in keys):
+            return [known[k] for k in keys]
     return [NOT_STARTED_URL]
 
 
@@ -554,7 +564,7 @@ class ServerPool:
                     server.wait_ready(self.timeout_s, self.progress)
                     self.progress(f"socialbias: the {plan.provider} server for {plan.model} answered after "
                                   f"{server.ready_s:.1f} s")
-                    URLS[plan.key] = server.url
+                    urls()[plan.key] = server.url
                 server.shared_by.append(role)
         except BaseException:
             self.stop()
@@ -576,8 +586,9 @@ class ServerPool:
         with self._lock:
             for server in self.servers.values():
                 server.stop()
+            known = urls()
             for key in self.servers:
-                URLS.pop(key, None)
+                known.pop(key, None)
             if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, self._previous_sigterm)
                 self._previous_sigterm = None

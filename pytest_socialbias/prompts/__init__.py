@@ -38,9 +38,8 @@ import yaml
 
 from ..errors import ConfigError
 from ..files import refuse_aliases
+from ..runcache import current
 
-#: Template name -> the override file that replaces it (use_overrides).
-_OVERRIDES: dict[str, Path] = {}
 #: A suite's own override folder (its ``prompts:`` key), set while one of its cases runs
 #: (worker.run_case): asyncio tasks copy it, so every call of that case sees it, and only
 #: that case. It wins over the run's folder.
@@ -113,7 +112,7 @@ class Template:
         return render(self.user, values)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=None)  # process-wide: a pure function of its text
 def _compiled(text: str) -> tuple:
     """``text`` split at its placeholders, once: (literal, name, literal, name, ..., literal).
 
@@ -165,23 +164,32 @@ def _ours(name: str) -> Template:
 
 
 def load(name: str) -> Template:
-    """The template ``name``: the running case's suite override, else the run's, else ours."""
+    """The template ``name``: the running case's suite override, else the run's, else ours.
+    Each is read once per run (runcache.py): the run's override folder, and the files in
+    it, are the run's."""
     suite = SUITE_OVERRIDES.get()
     if suite is not None and name in suite:
         return _load_file(name, suite[name])
     return _load(name)
 
 
-@lru_cache(maxsize=None)
 def _load(name: str) -> Template:
-    path = _OVERRIDES.get(name)
-    if path is None:
-        return _ours(name)
-    return _load_file(name, path)
+    """The run's override of ``name``, else ours."""
+    loaded = current().prompts
+    if name not in loaded:
+        path = current().prompt_overrides.get(name)
+        loaded[name] = _ours(name) if path is None else _load_file(name, path)
+    return loaded[name]
 
 
-@lru_cache(maxsize=None)
 def _load_file(name: str, path: Path) -> Template:
+    loaded = current().prompt_files
+    if (name, path) not in loaded:
+        loaded[name, path] = _read_file(name, path)
+    return loaded[name, path]
+
+
+def _read_file(name: str, path: Path) -> Template:
     raw = path.read_bytes()
     override = _parse(raw.decode("utf-8"), hashlib.sha256(raw).hexdigest())
     # Named snippets the override leaves out are ours (per-style text, guidance levels...).
@@ -191,7 +199,7 @@ def _load_file(name: str, path: Path) -> Template:
 
 def overridden() -> list[str]:
     """The ids of the run's overrides in use (``name@version+sha``)."""
-    return [_load(name).id for name in sorted(_OVERRIDES)]
+    return [_load(name).id for name in sorted(current().prompt_overrides)]
 
 
 def names() -> tuple[str, ...]:
@@ -208,27 +216,26 @@ def use_overrides(folder: Path | None, option: str = "--socialbias-prompts") -> 
     """Use the ``*.yaml`` files of ``folder`` in place of our templates of the same name
     (None: ours only); returns the ids in use. ConfigError naming the file and the fix for
     a file that cannot stand in for ours."""
-    _OVERRIDES.clear()
-    _load.cache_clear()
-    _load_file.cache_clear()
-    if folder is None:
-        return []
-    _OVERRIDES.update(check_folder(folder, option))
+    _use({} if folder is None else check_folder(folder, option))
     return overridden()
+
+
+def _use(overrides: dict[str, Path]) -> None:
+    caches = current()
+    caches.prompt_overrides = dict(overrides)
+    caches.prompts.clear()
+    caches.prompt_files.clear()
 
 
 @contextlib.contextmanager
 def overriding(folder: Path | None, option: str):
     """``use_overrides(folder, option)`` for the length of a ``with`` block (yields the ids in
     use), then the overrides that were in use before it, for a command run in-process."""
-    before = dict(_OVERRIDES)
+    before = dict(current().prompt_overrides)
     try:
         yield use_overrides(folder, option)
     finally:
-        _OVERRIDES.clear()
-        _OVERRIDES.update(before)
-        _load.cache_clear()
-        _load_file.cache_clear()
+        _use(before)
 
 
 def check_folder(folder: Path, where: str, suite: bool = False) -> dict[str, Path]:

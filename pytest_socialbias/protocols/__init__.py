@@ -18,8 +18,9 @@ from ..errors import ConfigError
 from ..models.secrets import secret_param
 from ..models.spec import DECODING_PARAMS, check_param
 from ..registry import Registry
+from ..runcache import current
 from ..vocabulary import NO_PRESET
-from . import benevdial, detect, dymt, scripted, seeds, smoke, zeroshot
+from . import benevdial, detect, dymt, scripted, smoke, zeroshot
 from .base import GuardRole, Protocol, Roles, outcome_of
 from .user_check import REPORT_FINDINGS
 
@@ -48,12 +49,6 @@ def _key_takers() -> dict[str, list[str]]:
     return takers
 
 
-#: Suites loaded in this pytest session, by file identity and overrides: the preflight and
-#: the collection load every suite file, so the second load is free. Emptied when a session
-#: starts (forget_suites), so files edited between sessions (seeds, dialogues) are read again.
-_LOADED: dict = {}
-
-
 def _unknown_protocol(name) -> str:
     """``unknown protocol 'dymtt' (did you mean 'dymt'?); known: ...``, the nearest name
     found whatever the case."""
@@ -67,15 +62,20 @@ def _unknown_protocol(name) -> str:
 
 
 def forget_suites() -> None:
-    _LOADED.clear()
-    seeds.SEEDS_READ.clear()
+    """Read suite and seeds files again within this run (a tool or test that edits them
+    between loads); each run starts with none read (runcache.py)."""
+    caches = current()
+    caches.suites.clear()
+    caches.seeds.clear()
 
 
 def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Suite:
     """Load a suite file with its protocol's loader; ConfigError naming file:line and the fix.
 
-    A file loaded before in this session, unchanged since (same size and modification
-    time) and with the same overrides, gives the same Suite (treat it as read-only)."""
+    A file loaded before in this run, unchanged since (same size and modification time)
+    and with the same overrides, gives the same Suite (treat it as read-only): the
+    preflight and the collection load every suite file, so the second load is free. The
+    next run reads it again (runcache.py), with the files it names (seeds, dialogues)."""
     path = Path(path)
     overrides = overrides or SuiteOverrides()
     try:
@@ -84,11 +84,12 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
         key = (str(resolved), stat.st_mtime_ns, stat.st_size, overrides)
     except OSError:
         key = None
-    if key is not None and key in _LOADED:
-        return _LOADED[key]
+    loaded = current().suites
+    if key is not None and key in loaded:
+        return loaded[key]
     suite = _load_suite(path, overrides)
     if key is not None:
-        _LOADED[key] = suite
+        loaded[key] = suite
     return suite
 
 

@@ -54,7 +54,9 @@ class GuardRole:
 
 @dataclass
 class Roles:
-    """The models of a run, by role, plus the target's optional system prompt."""
+    """The models of a run by model role (modelset.ROLES: target, judge, user, guard), plus
+    the target's optional system prompt. Roles name models; the part a process plays in the
+    run is process.py's."""
 
     target: object
     judge: object

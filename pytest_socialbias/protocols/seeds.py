@@ -16,6 +16,7 @@ from pathlib import Path
 from ..cases import Case, Suite, SuiteOverrides, SuiteSource
 from ..errors import ConfigError
 from ..files import read_yaml, validate, yaml_line
+from ..runcache import current
 from ..vocabulary import UNSPECIFIED
 
 #: The keys that choose among the FairMT-Bench release's items (``source: fairmt``).
@@ -58,26 +59,23 @@ FAIRMT_SAMPLE_SEED = 20251130
 SCRIPTED_TURNS = 5
 
 
-#: Seeds files read in this session (several suites share one: DyMT, zero-shot, scripted);
-#: emptied with the suites when a session starts (protocols.forget_suites).
-SEEDS_READ: dict = {}
-
-
 def load_seeds(path: Path) -> tuple[list[tuple[dict, list]], object]:
-    """Seeds from a seeds file: (seed, its location path) pairs, validated; and the tree."""
+    """Seeds from a seeds file: (seed, its location path) pairs, validated; and the tree.
+    Read once per run (several suites share one: DyMT, zero-shot, scripted; runcache.py)."""
     try:
         stat = path.stat()
         key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     except OSError:
         key = None
-    if key is None or key not in SEEDS_READ:
+    read = current().seeds
+    if key is None or key not in read:
         data, node = read_yaml(path, "seeds file")
         validate(data, "seeds", str(path), node)
         found = ([(raw, ["seeds", i]) for i, raw in enumerate(data["seeds"])], node)
         if key is None:
             return found
-        SEEDS_READ[key] = found
-    seeds, node = SEEDS_READ[key]
+        read[key] = found
+    seeds, node = read[key]
     return list(seeds), node
 
 

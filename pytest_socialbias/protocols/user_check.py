@@ -608,6 +608,7 @@ _PHRASES_BY_FIRST_WORD = _by_first_word(_CUES)
 #: One-word cues are looked up by their first letters (a word starts with a cue only if
 #: its first _CUE_KEY letters are the cue's).
 _CUE_KEY = min(len(cue) for cues in _CUES.values() for cue in cues if " " not in cue)
+#: Built here at import from the cue lists and never changed after.
 _WORD_CUES: dict[str, tuple[tuple[str, str], ...]] = {}
 for _family, _cues in _CUES.items():
     for _cue in _cues:

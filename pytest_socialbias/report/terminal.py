@@ -563,7 +563,7 @@ def summary_block(result, unwritten: list[str] = (), verbosity: int = 0) -> list
     warning, "red" for a failure): warnings, notes, the summary lines, reports written.
     ``verbosity`` is pytest's: under ``-q`` (-1) the brief summary (no notes, no tables
     but the gates'), under ``-qq`` (-2 or less) one line."""
-    from ..aggregate import shown_path
+    from ..files import shown_path
 
     if verbosity <= -2:
         return [(fmt.printable(one_line(result, unwritten)), "red" if result.failed or unwritten else None)]

@@ -1,20 +1,22 @@
-"""What this pytest process does in a run, chosen once at configure time (``choose``).
+"""What this pytest process does in a run, its part, chosen once at configure time
+(``choose``). A process's part is not a conversation role (target, judge, user, guard:
+modelset.ROLES, protocols.base.Roles): those name models, this names processes.
 
 A run has one of three shapes, and each process plays one part in it:
 
 - ``SingleProcess``: no xdist workers (``-n 0``, ``-p no:xdist``, a dry run). It starts
   every server the run needs, runs the cases (every batch at once, on its event loop),
   aggregates, gates and reports.
-- ``Controller``: the xdist controller. It starts the shared servers, calls no model
+- ``XdistController``: the xdist controller. It starts the shared servers, calls no model
   (importing an SDK there would cost its workers CPU), never runs a case, and aggregates
   the records its workers' reports carry.
-- ``Worker``: an xdist worker. It takes the run's id and the shared servers' addresses
+- ``XdistWorker``: an xdist worker. It takes the run's id and the shared servers' addresses
   from the controller, starts its own per-worker servers on its share of the GPUs, runs
   the batches xdist sends it (those already queued beside the current one), and reports
   nothing itself.
 
 The hooks (plugin.py), the case runner (worker.py) and the model set (modelset.py) ask
-the role object, never ``hasattr(config, "workerinput")``.
+the part object, never ``hasattr(config, "workerinput")``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from abc import ABC, abstractmethod
 from typing import Callable
 
 
-class ProcessRole(ABC):
+class ProcessPart(ABC):
     name = ""
     aggregates = True  # collects the records, decides the gates, writes the reports
     runs_cases = True  # calls models: warms them up, runs batches
@@ -50,7 +52,7 @@ class ProcessRole(ABC):
         return self.aggregates
 
 
-class SingleProcess(ProcessRole):
+class SingleProcess(ProcessPart):
     name = "single process"
 
     def server_share(self, per_worker, gpus):
@@ -61,7 +63,7 @@ class SingleProcess(ProcessRole):
         return [cases[0] for cases in runner.batches.values() if cases]
 
 
-class Controller(ProcessRole):
+class XdistController(ProcessPart):
     name = "xdist controller"
     runs_cases = False
     process = "controller"
@@ -73,7 +75,7 @@ class Controller(ProcessRole):
         return None if per_worker else (gpus, None)
 
 
-class Worker(ProcessRole):
+class XdistWorker(ProcessPart):
     name = "xdist worker"
     aggregates = False
 
@@ -90,7 +92,7 @@ class Worker(ProcessRole):
 
     def server_share(self, per_worker, gpus):
         if not per_worker:
-            return None  # the controller's, reached through workerinput (managed.URLS)
+            return None  # the controller's, reached through workerinput (managed.urls)
         from .models.managed import gpu_share
 
         name = self.process
@@ -101,20 +103,20 @@ class Worker(ProcessRole):
         return self.queued() if self.queued is not None else []
 
 
-def choose(config) -> ProcessRole:
-    """The role of this process in the run of ``config``."""
+def choose(config) -> ProcessPart:
+    """The part this process plays in the run of ``config``."""
     if hasattr(config, "workerinput"):
-        return Worker(config.workerinput)
+        return XdistWorker(config.workerinput)
     workers = xdist_workers(config)
-    return Controller(workers) if workers else SingleProcess()
+    return XdistController(workers) if workers else SingleProcess()
 
 
-def xdist_workers_of(role: ProcessRole) -> int:
+def xdist_workers_of(part: ProcessPart) -> int:
     """How many xdist workers run cases in the run this process belongs to (0: none)."""
-    if isinstance(role, Controller):
-        return role.workers
-    if isinstance(role, Worker):
-        return role.count
+    if isinstance(part, XdistController):
+        return part.workers
+    if isinstance(part, XdistWorker):
+        return part.count
     return 0
 
 
