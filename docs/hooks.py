@@ -3,7 +3,7 @@
 Built with ``mkdocs build --strict`` (mkdocs.yml names this file under ``hooks:``), the
 page between the BEGIN/END markers is replaced by ``options.markdown_reference()``, so the
 site always shows the options as declared. ``python docs/hooks.py`` rewrites the block in
-docs/options.md itself (tests/test_docs.py fails when it is stale).
+docs/options.md itself (tests/docs/test_docs.py fails when it is stale).
 """
 
 from __future__ import annotations

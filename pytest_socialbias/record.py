@@ -4,7 +4,7 @@ by the metrics, the gates, the comparison, the snapshots and the reports.
 
 A record crosses process boundaries (xdist), so it holds builtins only: it is a plain
 dict at run time, typed here so that every reader knows which keys exist and what they
-hold. tests/test_records.py runs every shipped protocol and checks that no record has a
+hold. tests/e2e/test_records.py runs every shipped protocol and checks that no record has a
 key these types do not declare.
 """
 

@@ -263,7 +263,7 @@ def exact_margin_tail(n: int, margin: float, threshold: float) -> float:
     exact unconditional p-value of an observed Z = ``threshold``.
 
     The supremum is taken over a grid of the nuisance parameter (denser near 0) refined
-    by golden-section search around the largest value; tests/test_stats.py checks by
+    by golden-section search around the largest value; tests/unit/test_stats.py checks by
     exact enumeration that the resulting test keeps its size at the sizes we ship.
     """
     logf = _log_factorials(n)

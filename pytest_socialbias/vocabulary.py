@@ -3,7 +3,7 @@
 Suite files, thresholds files, markers, metric rows, the report and the prompts all speak
 of the same categories, styles, classes and axes; they read them from here. The JSON
 schemas shipped in ``schemas/`` repeat some of these lists as enums (a schema is a
-standalone file that editors and users read); tests/test_vocabulary.py holds every such
+standalone file that editors and users read); tests/unit/test_vocabulary.py holds every such
 enum to the list here.
 """
 

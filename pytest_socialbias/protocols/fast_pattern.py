@@ -20,7 +20,7 @@ The pattern as written then matches at the place the fast one found (the leftmos
 so the ``re.Match`` returned is the one ``re.search`` gives: the same span, groups and
 text. A case-insensitive pattern must name letters in lower case (``[a-z]``, not
 ``[A-Z]``; equal under IGNORECASE) and use no escape that names a letter by its code and
-no inline flags: the first search refuses any other (tests/test_fast_pattern.py searches
+no inline flags: the first search refuses any other (tests/unit/test_fast_pattern.py searches
 every shipped pattern), so that a later edit cannot make the two searches differ silently. Standard library only.
 """
 

@@ -35,13 +35,13 @@ embedded reading 3.6%, 1.0, 1.0, 0.84, 0.98; user_turns_blind5.yaml, informal an
 6.5%, 1.0, 0.80, 0.57, 0.64; embedded 7.7%, 1.0, 0.93, 0.62, 0.95). Wording does not carry meaning far: the
 embedded reading and the judged check (dialogue.judge_user_turn) are for what the rules
 miss.
-benchmarks/user_check.py prints the figures; tests/test_user_check.py holds them. Pure
+benchmarks/user_check.py prints the figures; tests/unit/test_user_check.py holds them. Pure
 functions; the standard library and the lexicon (read with yaml) only. What they measure
 of a text, a seed, a group or a word is cached (bounded ``lru_cache``s of pure functions:
 a seed's stems and its group's pattern are built once, not once a turn), and the long
 alternations are searched through ``fast_pattern`` (the same matches): a turn costs a
 fifth of a millisecond or so (``benchmarks/user_check.py --cost``), and
-tests/test_user_check_findings.py holds that every labelled turn is found as before.
+tests/unit/test_user_check_findings.py holds that every labelled turn is found as before.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Run chosen test files many times, in shuffled or reversed order, and count failures.
 
-    python tests/tools/repeat.py --runs 30 tests/test_interruption.py
+    python tests/tools/repeat.py --runs 30 tests/faults/test_interruption.py
     python tests/tools/repeat.py --runs 10 --order random -n 2 --hog 1 tests
-    python tests/tools/repeat.py --runs 5 --order reverse tests/test_cache.py
+    python tests/tools/repeat.py --runs 5 --order reverse tests/unit/test_cache.py
 
 Each run is a fresh ``python -m pytest`` process. ``--order random`` shuffles with
 pytest-randomly, seeded ``--seed-base + run`` (so a failing order can be run again with
