@@ -10,8 +10,8 @@ from pytest_socialbias import runcache
 from pytest_socialbias.models import managed
 from pytest_socialbias.plugin import STATE
 
-from . import fakeworld
-from .conftest import model_args, read_report, suite_yaml
+from ..support import fakeworld
+from ..support.helpers import model_args, read_report, suite_yaml
 
 OVERRIDE = """name: judge_bias
 version: 9
