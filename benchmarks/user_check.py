@@ -48,12 +48,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_socialbias.protocols.turn_model import (  # noqa: E402
-    SHIPPED,
-    check,
-    labelled_context,  # noqa: E402
-)
+from pytest_socialbias.protocols.turn_model import SHIPPED, check  # noqa: E402
 from pytest_socialbias.protocols.user_check import clean_user_message  # noqa: E402
+from pytest_socialbias.research.train_turn_model import labelled_context, labelled_turns  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 SETS = {"tuning": "user_turns.yaml", "tuning-2": "user_turns_2.yaml", "tuning-3": "user_turns_3.yaml",
@@ -141,7 +138,7 @@ def cost_per_turn(turns: list | None = None, rounds: int = 3) -> float:
     from pytest_socialbias.protocols import turn_model, user_check
 
     if turns is None:
-        turns = [(text, ctx) for file in SETS.values() for _, _, text, ctx in turn_model.labelled_turns(DATA / file)]
+        turns = [(text, ctx) for file in SETS.values() for _, _, text, ctx in labelled_turns(DATA / file)]
     check(turns[0][0], turns[0][1])  # loads the lexicon and the model, compiles the patterns
     kept = (user_check.group_families, getattr(user_check, "_families_by_stems", None), turn_model.load)
     caches = [f for module in (user_check, turn_model) for f in vars(module).values()

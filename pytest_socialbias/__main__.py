@@ -29,13 +29,13 @@ class Subcommand:
 
 
 def _generate_configure(parser: argparse.ArgumentParser) -> None:
-    from .benevdial.generate import add_arguments
+    from .research.generate import add_arguments
 
     add_arguments(parser)
 
 
 def _generate_run(args: argparse.Namespace) -> int:
-    from .benevdial.generate import run
+    from .research.generate import run
 
     return run(args)
 
@@ -190,13 +190,13 @@ def _pr_data_run(args: argparse.Namespace) -> int:
 
 
 def _agreement_configure(parser: argparse.ArgumentParser) -> None:
-    from .agreement import add_arguments
+    from .research.agreement import add_arguments
 
     add_arguments(parser)
 
 
 def _agreement_run(args: argparse.Namespace) -> int:
-    from .agreement import run
+    from .research.agreement import run
 
     return run(args)
 
@@ -210,20 +210,20 @@ def _markers_configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _markers_run(args: argparse.Namespace) -> int:
-    from .benevdial.markers import markers_report
+    from .research.marker_report import markers_report
 
     print(markers_report(args.file, by=args.by, json_path=args.json_path))
     return 0
 
 
 def _quality_configure(parser: argparse.ArgumentParser) -> None:
-    from .benevdial.quality import add_arguments
+    from .research.quality import add_arguments
 
     add_arguments(parser)
 
 
 def _quality_run(args: argparse.Namespace) -> int:
-    from .benevdial.quality import run
+    from .research.quality import run
 
     return run(args)
 
@@ -241,25 +241,25 @@ def _table_run(args: argparse.Namespace) -> int:
 
 
 def _sample_configure(parser: argparse.ArgumentParser) -> None:
-    from .benevdial.lexicon import add_sample_arguments
+    from .research.lexicon import add_sample_arguments
 
     add_sample_arguments(parser)
 
 
 def _sample_run(args: argparse.Namespace) -> int:
-    from .benevdial.lexicon import run_sample
+    from .research.lexicon import run_sample
 
     return run_sample(args)
 
 
 def _cues_configure(parser: argparse.ArgumentParser) -> None:
-    from .benevdial.lexicon import add_cue_arguments
+    from .research.lexicon import add_cue_arguments
 
     add_cue_arguments(parser)
 
 
 def _cues_run(args: argparse.Namespace) -> int:
-    from .benevdial.lexicon import run_cue_words
+    from .research.lexicon import run_cue_words
 
     return run_cue_words(args)
 

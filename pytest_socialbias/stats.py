@@ -27,9 +27,9 @@ Methods and references:
   (McNemar's, or the margin test), where its exact power, by enumeration of the outcomes
   it rejects, reaches the target under an alternative whose discordance grows with the
   worsening; :func:`paired_min_p` and :func:`paired_pairs_needed` say when a test cannot
-  decide at all and how many pairs it would need; :func:`mcnemar_mde` is Connor's (1987,
-  Biometrics 43:207-211) normal approximation, kept for comparison (it overstates the
-  exact tests' power).
+  decide at all and how many pairs it would need (a margin test's search starts from
+  Connor's 1987 normal approximation, Biometrics 43:207-211, which overstates the exact
+  tests' power).
 - :func:`paired_cluster_interval`: paired difference of rates over replies or of bounded
   means grouped in cases: MOVER (Zou & Donner 2008) of each run's score interval on its
   effective sample size, and the one-sided tests that invert it.
@@ -376,48 +376,6 @@ def _connor_n(d: float, psi: float, z_alpha: float, z_beta: float, margin: float
     """Connor's (1987) pairs needed to detect a paired difference d with discordance psi,
     against the null difference ``margin`` (d > margin)."""
     return (z_alpha * math.sqrt(psi) + z_beta * math.sqrt(max(0.0, psi - d * d))) ** 2 / ((d - margin) ** 2)
-
-
-def mcnemar_mde(
-    n: int, discordance: float, alpha: float = 0.05, power: float = 0.8, margin: float = 0.0
-) -> float | None:
-    """Minimum detectable paired difference for a one-sided test with n pairs, or None.
-
-    Solves Connor's (1987) sample-size formula, shifted to the test's null difference
-    ``margin``: ``n = (z_a sqrt(psi) + z_b sqrt(psi - d^2))^2 / (d - margin)^2`` for d by
-    bisection, where psi = ``discordance`` (the expected share of discordant pairs), z_a
-    the one-sided 1 - alpha normal quantile (pass the corrected alpha the gate applies)
-    and z_b the ``power`` quantile. The required n falls as d grows, so the answer is the
-    smallest d whose required n is at most n (to 1e-12).
-
-    A paired difference can be at most psi (every discordant pair going one way), so d is
-    searched on (margin, psi]. When even d = psi needs more than n pairs, no difference is
-    detectable with these pairs: None (the report says "not detectable"), as when n == 0,
-    psi <= 0 or psi <= margin. ``power`` must be in [0.5, 1), where the required n is
-    monotone in d.
-    """
-    _check_counts(n=n)
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be between 0 and 1 (exclusive), got {alpha!r}")
-    if not 0.5 <= power < 1:
-        raise ValueError(f"power must be in [0.5, 1), got {power!r}")
-    if discordance > 1:
-        raise ValueError(f"discordance is a share of pairs and must be at most 1, got {discordance!r}")
-    if n == 0 or discordance <= 0 or discordance <= margin:
-        return None
-    psi = float(discordance)
-    z_alpha = _NORMAL.inv_cdf(1 - alpha)
-    z_beta = _NORMAL.inv_cdf(power)
-    if _connor_n(psi, psi, z_alpha, z_beta, margin) > n:
-        return None
-    low, high = margin, psi  # invariant: required n(low) > n >= required n(high)
-    while high - low > 1e-12:
-        mid = (low + high) / 2
-        if _connor_n(mid, psi, z_alpha, z_beta, margin) > n:
-            low = mid
-        else:
-            high = mid
-    return high
 
 
 # --------------------------------------------------------------------------- exact power

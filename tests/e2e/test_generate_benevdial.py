@@ -15,7 +15,7 @@ import pytest
 from pytest_socialbias import prompts
 from pytest_socialbias.__main__ import main
 from pytest_socialbias.benevdial.conditions import load_conditions
-from pytest_socialbias.benevdial.generate import CLASSES, parse_turns, pick_conditions, plan_jobs
+from pytest_socialbias.research.generate import CLASSES, iter_jobs, parse_turns, pick_conditions
 from pytest_socialbias.testing import FakeServer, Fault, Reply
 
 CONDITIONS = Path(__file__).resolve().parents[2] / "suites" / "benevdial" / "conditions.yaml"
@@ -81,7 +81,7 @@ class Script:
 def load_lines(path: Path, style: str = "ours", prompt: str | None = None, roles=("wellbeing", "lifestyle")) -> list[dict]:
     """The written file, validated by the project's loader when it exists, else here;
     every record names the prompt template it was written from (ours unless ``prompt``)."""
-    from pytest_socialbias.benevdial.generate import TEMPLATES
+    from pytest_socialbias.research.generate import TEMPLATES
 
     prompt = prompt or prompts.load(TEMPLATES[style]).id
     try:
@@ -242,11 +242,11 @@ def test_odd_per_class_spreads_conditions_over_roles():
     assert len(picked) == 5 and len({c.id for c in picked}) == 5
     assert sorted(Counter(c.role for c in picked).values()) == [2, 3]
     assert picked == pick_conditions(conditions, 5, 0)
-    jobs = plan_jobs(picked, 3)
+    jobs = list(iter_jobs(picked, 3))
     assert Counter(j.cls for j in jobs) == {"N": 5, "OB": 5, "BB": 5}
     assert Counter(j.generator for j in jobs) == {0: 5, 1: 5, 2: 5}
     # No generator is tied to a class: with 6 conditions, each writes 2 of every class.
-    jobs = plan_jobs(pick_conditions(conditions, 6, 0), 3)
+    jobs = list(iter_jobs(pick_conditions(conditions, 6, 0), 3))
     assert Counter((j.cls, j.generator) for j in jobs) == {(cls, g): 2 for cls in CLASSES for g in range(3)}
 
 

@@ -15,10 +15,10 @@ import pytest
 
 from pytest_socialbias import prompts
 from pytest_socialbias.__main__ import main
-from pytest_socialbias.benevdial import quality
 from pytest_socialbias.benevdial.conditions import load_conditions
-from pytest_socialbias.benevdial.generate import CLASSES
-from pytest_socialbias.benevdial.grid import sample_grid
+from pytest_socialbias.research import quality
+from pytest_socialbias.research.generate import CLASSES
+from pytest_socialbias.research.grid import sample_grid
 from pytest_socialbias.testing import FakeServer, Reply
 
 from .test_generate_benevdial import load_lines

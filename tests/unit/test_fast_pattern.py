@@ -12,6 +12,7 @@ import pytest
 
 from pytest_socialbias.protocols import turn_model, user_check
 from pytest_socialbias.protocols.fast_pattern import FastPattern, factor_boundaries, top_level_alternatives
+from pytest_socialbias.research.train_turn_model import labelled_turns
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -43,7 +44,7 @@ TRICKY = [
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    out = [text for path in sorted(DATA.glob("user_turns*.yaml")) for _, _, text, _ in turn_model.labelled_turns(path)]
+    out = [text for path in sorted(DATA.glob("user_turns*.yaml")) for _, _, text, _ in labelled_turns(path)]
     return out + [t.lower() for t in out[::7]] + [t.upper() for t in out[::11]] + TRICKY
 
 

@@ -1,4 +1,4 @@
-"""The crossed BenevDial grid (benevdial/grid.py) and ``generate-benevdial --style=paper``
+"""The crossed BenevDial grid (research/grid.py) and ``generate-benevdial --style=paper``
 on it: grid sizes counted by hand from a small conditions file, the class-balanced sampler
 (balance, determinism under two seeds, nesting), the dry run's grid and sample sizes,
 dialogues of any length accepted, and ``--prompts DIR`` read, checked and recorded."""
@@ -18,9 +18,9 @@ import pytest
 from pytest_socialbias import prompts
 from pytest_socialbias.__main__ import main
 from pytest_socialbias.benevdial.conditions import load_conditions
-from pytest_socialbias.benevdial.generate import CLASSES, job_count, resolve_per_class
-from pytest_socialbias.benevdial.grid import grid_condition, grid_shape, grid_size, sample_grid, sample_indices
 from pytest_socialbias.errors import ConfigError
+from pytest_socialbias.research.generate import CLASSES, job_count, resolve_per_class
+from pytest_socialbias.research.grid import grid_shape, grid_size, sample_grid, sample_indices
 from pytest_socialbias.testing import FakeServer, Reply
 
 from ..e2e.test_generate_benevdial import load_lines
@@ -151,11 +151,7 @@ def test_the_sample_is_role_balanced_seeded_stable_and_nested(small, seed):
     # A larger sample with the same seed keeps the smaller one, cell for cell (need, name, years).
     larger = {x.id: x for x in sample_grid(c, 90, seed)}
     assert all(larger[x.id] == x for x in drawn)
-    # A cell is the same wherever it is drawn: its own address gives it back.
-    indices = sample_indices(c, 37, seed)
-    assert sum(len(v) for v in indices.values()) == 37
-    again = sorted((grid_condition(c, role, i, seed) for role, found in indices.items() for i in found), key=lambda x: x.id)
-    assert again == drawn
+    assert sum(len(v) for v in sample_indices(c, 37, seed).values()) == 37
 
 
 def test_the_sample_does_not_depend_on_python_hash_seeds(small):

@@ -9,7 +9,14 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_socialbias import process
-from pytest_socialbias.process import SingleProcess, XdistController, XdistWorker, choose, xdist_workers, xdist_workers_of
+from pytest_socialbias.process import (
+    SingleProcess,
+    XdistController,
+    XdistWorker,
+    choose,
+    xdist_workers,
+    xdist_workers_of,
+)
 
 
 def config(dist="no", numprocesses=None, workerinput=None):

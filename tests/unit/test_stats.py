@@ -18,7 +18,6 @@ from pytest_socialbias.stats import (
     agreement,
     holm,
     mcnemar_exact,
-    mcnemar_mde,
     paired_bootstrap,
     paired_cluster_interval,
     paired_diff_interval,
@@ -313,60 +312,6 @@ def test_holm_is_monotone_in_the_sorted_order():
     pairs = sorted(zip(ps, adjusted))
     assert all(a <= b for (_, a), (_, b) in zip(pairs, pairs[1:]))
     assert all(adj >= p for p, adj in zip(ps, adjusted))
-
-
-# --------------------------------------------------------------------------- mcnemar_mde
-
-
-def connor_n(d, psi, alpha=0.05, power=0.8):
-    za, zb = NORMAL.inv_cdf(1 - alpha), NORMAL.inv_cdf(power)
-    return (za * math.sqrt(psi) + zb * math.sqrt(psi - d * d)) ** 2 / (d * d)
-
-
-def test_mde_closed_form():
-    # sqrt(n) d = z_a sqrt(psi) + z_b sqrt(psi - d^2) squares to the quadratic
-    # (n + z_b^2) d^2 - 2 sqrt(n) A d + A^2 - z_b^2 psi = 0 with A = z_a sqrt(psi); the larger
-    # root is the MDE. n = 200, psi = 0.2, alpha = 0.05, power = 0.8.
-    n, psi = 200, 0.2
-    za, zb = NORMAL.inv_cdf(0.95), NORMAL.inv_cdf(0.8)
-    a = za * math.sqrt(psi)
-    s = math.sqrt(n)
-    d = (s * a + math.sqrt(s * s * a * a - (n + zb * zb) * (a * a - zb * zb * psi))) / (n + zb * zb)
-    assert mcnemar_mde(n, psi) == pytest.approx(d, abs=1e-9)
-    assert connor_n(mcnemar_mde(n, psi), psi) == pytest.approx(n, rel=1e-6)
-
-
-def test_mde_shrinks_as_n_grows():
-    mdes = [mcnemar_mde(n, 0.3) for n in (20, 50, 100, 500, 2000, 10000)]
-    assert all(a > b for a, b in zip(mdes, mdes[1:]))
-    # and grows with the power asked for
-    assert mcnemar_mde(200, 0.3, power=0.9) > mcnemar_mde(200, 0.3, power=0.8)
-
-
-def test_mde_edges():
-    assert mcnemar_mde(0, 0.2) is None
-    assert mcnemar_mde(100, 0.0) is None
-    # n = 5, psi = 0.2: even d = psi needs (1.645*sqrt(.2) + .842*sqrt(.2 - .04))^2 / .04
-    # = (0.7356 + 0.3367)^2 / 0.04 = 28.7 pairs > 5: nothing is detectable with 5 pairs.
-    assert connor_n(0.2, 0.2) == pytest.approx(28.7, abs=0.05)
-    assert mcnemar_mde(5, 0.2) is None
-    # 6 pairs, 1 discordant: it used to print 0.167 (psi itself) although the formula needs
-    # (1.645 sqrt(1/6) + 0.842 sqrt(1/6 - 1/36))^2 / (1/6)^2 = 35.0 pairs for that.
-    assert connor_n(1 / 6, 1 / 6) == pytest.approx(34.96, abs=0.05)
-    assert mcnemar_mde(6, 1 / 6) is None
-    assert mcnemar_mde(34, 1 / 6) is None
-    assert mcnemar_mde(35, 1 / 6) == pytest.approx(1 / 6, abs=0.005)
-
-
-def test_mde_counts_the_margin_and_the_corrected_alpha():
-    plain = mcnemar_mde(240, 0.1)
-    assert mcnemar_mde(240, 0.1, margin=0.02) > plain + 0.015  # a worsening beyond the margin
-    assert mcnemar_mde(240, 0.1, alpha=0.05 / 6) > plain  # Holm's first step over six rows
-    assert mcnemar_mde(240, 0.1, margin=0.2) is None  # the margin exceeds what can happen
-    with pytest.raises(ValueError, match="power"):
-        mcnemar_mde(100, 0.2, power=0.3)
-    with pytest.raises(ValueError, match="discordance"):
-        mcnemar_mde(100, 1.5)
 
 
 # --------------------------------------------------------------------------- paired_bootstrap

@@ -14,9 +14,9 @@ from pytest_socialbias.judges.binary import JUDGE_PARAMS
 from pytest_socialbias.judges.treatment import (
     CLASSES,
     GUIDANCE,
+    OUR_FORMAT,
     PAIR_CHOICES,
     PAIR_RETRY_MESSAGE,
-    TREATMENT_CHOICES,
     TREATMENT_RETRY_MESSAGE,
     PairVerdict,
     TreatmentVerdict,
@@ -186,7 +186,7 @@ def test_parse_treatment_unreadable(text):
 
 
 def test_parse_treatment_classes_are_the_exported_ones():
-    assert {parse_treatment(letter) for letter in TREATMENT_CHOICES} == set(CLASSES)
+    assert {parse_treatment(letter) for letter in OUR_FORMAT.choices} == set(CLASSES)
 
 
 # --------------------------------------------------------------------------- class_probabilities
@@ -383,7 +383,7 @@ def test_judge_treatment_reads_one_letter_and_asks_the_right_way():
     assert len(judge.calls) == 1
     messages, kw = judge.calls[0]
     assert kw["template"] == "judge_treatment@3"
-    assert kw["choices"] == TREATMENT_CHOICES == ("N", "O", "B")
+    assert kw["choices"] == OUR_FORMAT.choices == ("N", "O", "B")
     assert kw["top_logprobs"] == 5
     for name, value in JUDGE_PARAMS.items():
         assert kw[name] == value
@@ -512,7 +512,7 @@ def test_judge_treatment_garbage_then_letter():
     ]
     assert "exactly one letter: N, O or B" in TREATMENT_RETRY_MESSAGE
     assert judge.calls[1][1]["template"] == "judge_treatment@3"
-    assert judge.calls[1][1]["choices"] == TREATMENT_CHOICES
+    assert judge.calls[1][1]["choices"] == OUR_FORMAT.choices
 
 
 def test_judge_treatment_unreadable_twice_is_an_error_never_a_guess():

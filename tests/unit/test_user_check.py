@@ -76,7 +76,7 @@ def test_held_out_set_keeps_its_measured_figures(bench, file):
 
 def test_the_shipped_model_was_trained_on_todays_sets_and_lexicon():
     """Editing a labelled set or the lexicon without retraining fails here: retrain with
-    ``python -m pytest_socialbias.protocols.turn_model train`` (command in the module)."""
+    ``python -m pytest_socialbias.research.train_turn_model train`` (command in the module)."""
     import hashlib
 
     from pytest_socialbias.protocols import turn_model, user_check
@@ -167,19 +167,20 @@ def test_the_learned_reading_is_deterministic_and_reads_what_the_rules_pass():
 
 def test_training_is_reproducible_and_learns_the_labels(tmp_path):
     from pytest_socialbias.protocols import turn_model
+    from pytest_socialbias.research import train_turn_model
 
     data = Path(__file__).resolve().parents[1] / "data" / "user_turns.yaml"
-    first = turn_model.build([data], folds=2, epochs=25)
-    second = turn_model.build([data], folds=2, epochs=25)
+    first = train_turn_model.build([data], folds=2, epochs=25)
+    second = train_turn_model.build([data], folds=2, epochs=25)
     assert first.to_dict() == second.to_dict()
-    turns = turn_model.labelled_turns(data)
+    turns = train_turn_model.labelled_turns(data)
     right = sum(1 for _, label, text, ctx in turns
                 if turn_model.LABELS[max(range(5), key=first.probabilities(turn_model.features(text, ctx)).__getitem__)] == label)
     assert right / len(turns) > 0.9  # on its own training turns
     out = tmp_path / "model.json"
-    assert turn_model.main(["train", str(data), "-o", str(out), "--epochs", "5", "--folds", "2"]) == 0
+    assert train_turn_model.main(["train", str(data), "-o", str(out), "--epochs", "5", "--folds", "2"]) == 0
     assert json.loads(out.read_text())["labels"] == list(turn_model.LABELS)
-    assert turn_model.dumps(turn_model.TurnModel(**{k: v for k, v in json.loads(out.read_text()).items() if k != "labels"})) == out.read_text()
+    assert train_turn_model.dumps(turn_model.TurnModel(**{k: v for k, v in json.loads(out.read_text()).items() if k != "labels"})) == out.read_text()
 
 
 def test_concepts_join_words_that_say_one_thing():

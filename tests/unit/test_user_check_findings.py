@@ -35,10 +35,11 @@ def findings(path: Path, fresh_contexts: bool = False) -> list[list]:
     import dataclasses
 
     from pytest_socialbias.protocols import turn_model, user_check
+    from pytest_socialbias.research.train_turn_model import labelled_turns
 
     model = turn_model.load()
     out = []
-    for cid, _, text, context in turn_model.labelled_turns(path):
+    for cid, _, text, context in labelled_turns(path):
         if fresh_contexts:  # an equal context, another object (as each turn of a run builds)
             context = dataclasses.replace(context)
         rules = user_check.check_user_turn(text, context)

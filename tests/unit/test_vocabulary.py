@@ -53,9 +53,9 @@ def test_every_protocol_name_has_its_entry_and_every_entry_feeds_known_families(
 
 
 def test_the_treatment_judge_speaks_the_shared_classes():
-    from pytest_socialbias.judges.treatment import TREATMENT_CHOICES, parse_treatment
+    from pytest_socialbias.judges.treatment import OUR_FORMAT, parse_treatment
 
-    assert tuple(parse_treatment(letter) for letter in TREATMENT_CHOICES) == v.CLASSES
+    assert tuple(parse_treatment(letter) for letter in OUR_FORMAT.choices) == v.CLASSES
 
 
 def test_the_docs_name_every_catalogue_metric():

@@ -30,9 +30,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from ..benevdial.dialogues import load_dialogues
 from ..errors import ConfigError
 from ..vocabulary import CLASSES
-from .dialogues import load_dialogues
 
 #: Fields a blind copy leaves out: the label and anything that would give it away.
 BLIND_DROPPED = ("class", "source", "generator", "prompt")

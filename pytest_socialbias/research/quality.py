@@ -11,7 +11,7 @@ Every statistic reads the same text: all turns of the dialogue, user and agent a
 order, without speaker labels, split by ``tokens`` into lowercased word tokens (runs of
 letters and digits, apostrophes inside a word kept; punctuation dropped).
 
-``python -m pytest_socialbias.benevdial.quality FILE.jsonl [--json PATH] [--seed N]`` runs
+``python -m pytest_socialbias quality FILE.jsonl [--json PATH] [--seed N]`` runs
 them on an existing file; ``generate-benevdial`` runs them on what it wrote.
 """
 
@@ -41,9 +41,6 @@ SELF_BLEU_POOL = 2000
 SELF_BLEU_SEEDS = 5
 VENDI_NGRAMS = (1, 2)
 VENDI_MAX = 5000
-#: Without numpy, the Vendi eigenvalues come from a pure-Python Jacobi solver; beyond this
-#: many dialogues it would be too slow, and the score is left out (null, with the reason).
-VENDI_PURE_PYTHON_MAX = 100
 
 KERNEL = "ngram-cosine"
 KERNEL_NOTE = (
@@ -275,29 +272,8 @@ def _ngram_vector(words: list[str]) -> Counter:
     return vector
 
 
-def _kernel_python(vectors: list[Counter]) -> list[list[float]]:
-    """Cosine similarity matrix of sparse count vectors (diagonal 1, also for empty ones)."""
-    n = len(vectors)
-    norms = [math.sqrt(sum(v * v for v in vec.values())) for vec in vectors]
-    postings: dict[str, list[tuple[int, float]]] = {}
-    for i, vec in enumerate(vectors):
-        for gram, count in vec.items():
-            postings.setdefault(gram, []).append((i, count / norms[i]))
-    k = [[0.0] * n for _ in range(n)]
-    for entries in postings.values():
-        for a, (i, x) in enumerate(entries):
-            row = k[i]
-            for j, y in entries[a + 1 :]:
-                row[j] += x * y
-    for i in range(n):
-        k[i][i] = 1.0
-        for j in range(i + 1, n):
-            k[j][i] = k[i][j]
-    return k
-
-
-def _kernel_numpy(vectors: list[Counter], np):
-    """The same matrix with numpy.
+def _kernel(vectors: list[Counter], np):
+    """Cosine similarity matrix of sparse count vectors (diagonal 1, also for empty ones), with numpy.
 
     Only n-grams shared by two or more texts reach the off-diagonal (the others enter the
     norms only). Those found in many texts go through dense matrix products, in blocks of
@@ -337,57 +313,23 @@ def _kernel_numpy(vectors: list[Counter], np):
     return k
 
 
-def _jacobi_eigenvalues(matrix: list[list[float]], tolerance: float = 1e-12, sweeps: int = 100) -> list[float]:
-    """Eigenvalues of a real symmetric matrix by the cyclic Jacobi method.
-
-    Each plane rotation (Golub and Van Loan, Matrix Computations, section 8.5) zeroes one
-    off-diagonal element; sweeping over all pairs until the off-diagonal mass is
-    negligible leaves the eigenvalues on the diagonal. Cubic per sweep: small matrices only.
-    """
-    a = [row[:] for row in matrix]
-    n = len(a)
-    scale = sum(a[i][i] ** 2 for i in range(n)) or 1.0
-    for _ in range(sweeps):
-        off = sum(a[i][j] ** 2 for i in range(n) for j in range(i + 1, n))
-        if off <= tolerance**2 * scale:
-            break
-        for p in range(n - 1):
-            for q in range(p + 1, n):
-                apq = a[p][q]
-                if apq == 0.0:
-                    continue
-                theta = (a[q][q] - a[p][p]) / (2.0 * apq)
-                t = (1.0 if theta >= 0 else -1.0) / (abs(theta) + math.sqrt(theta * theta + 1.0))
-                c = 1.0 / math.sqrt(t * t + 1.0)
-                s = t * c
-                for row in a:  # columns p and q
-                    x, y = row[p], row[q]
-                    row[p] = c * x - s * y
-                    row[q] = s * x + c * y
-                rp, rq = a[p], a[q]  # rows p and q
-                a[p] = [c * x - s * y for x, y in zip(rp, rq)]
-                a[q] = [s * x + c * y for x, y in zip(rp, rq)]
-    return [a[i][i] for i in range(n)]
-
-
 def _numpy():
     try:
         import numpy
-    except ImportError:  # not a dependency of the package: numpy speeds Vendi up
+    except ImportError:  # not a dependency of the package: Vendi needs it
         return None
     return numpy
 
 
-def vendi(texts: list[list[str]], *, seed: int = 0, label: str = "", cap: int = VENDI_MAX, use_numpy: bool | None = None) -> dict:
+def vendi(texts: list[list[str]], *, seed: int = 0, label: str = "", cap: int = VENDI_MAX) -> dict:
     """Vendi score of a set of tokenised dialogues with an n-gram cosine kernel.
 
     After Friedman and Dieng (2023, TMLR, "The Vendi Score"): with K the n x n similarity
     matrix (here the cosine of 1-2-gram count vectors, K_ii = 1), the score is the
     exponential of the Shannon entropy of the eigenvalues of K / n: 1 when all texts are
     the same, n when no two share an n-gram. At most ``cap`` texts (a seeded sample).
-    Eigenvalues by numpy when it is installed, else by a pure-Python solver up to
-    VENDI_PURE_PYTHON_MAX texts (value None and a ``note`` beyond). ``use_numpy`` forces
-    one way (tests).
+    The eigenvalues come from numpy (``eigvalsh``); without numpy the value is None, with a
+    ``note``.
 
     The score grows with the number of texts until it nears the set's own diversity (one
     synthetic distribution gave 11.8 at 100 texts, 17.1 at 400, 25.9 at 2,000), so only
@@ -408,17 +350,12 @@ def vendi(texts: list[list[str]], *, seed: int = 0, label: str = "", cap: int = 
             f"small cell: {n} dialogues (the protocol samples {cap}); the score grows with the number "
             "of dialogues, so not comparable with cells of other sizes"
         )
-    vectors = [_ngram_vector(text) for text in texts]
-    np = _numpy() if use_numpy in (None, True) else None
-    if use_numpy and np is None:
-        raise RuntimeError("numpy is not installed")
-    if np is not None:
-        eigenvalues = [float(x) for x in np.linalg.eigvalsh(_kernel_numpy(vectors, np) / n)]
-    elif n <= VENDI_PURE_PYTHON_MAX:
-        eigenvalues = [x / n for x in _jacobi_eigenvalues(_kernel_python(vectors))]
-    else:
-        out["note"] = f"left out: more than {VENDI_PURE_PYTHON_MAX} dialogues need numpy (pip install numpy)"
+    np = _numpy()
+    if np is None:
+        out["note"] = "left out: the Vendi score needs numpy (pip install numpy)"
         return out
+    vectors = [_ngram_vector(text) for text in texts]
+    eigenvalues = [float(x) for x in np.linalg.eigvalsh(_kernel(vectors, np) / n)]
     entropy = -sum(x * math.log(x) for x in eigenvalues if x > 1e-12)
     out["value"] = math.exp(entropy)
     return out
@@ -605,7 +542,7 @@ def write_json(path: Path, report: dict) -> None:
 
 def quality_of_file(path: str | Path, *, seed: int = 0) -> dict:
     """The report of an existing labelled-dialogue JSONL file (validated by the loader)."""
-    from .dialogues import load_dialogues
+    from ..benevdial.dialogues import load_dialogues
 
     return quality_report(load_dialogues(path, "FILE"), seed=seed, source=str(path))
 

@@ -9,7 +9,7 @@ say nothing about the class.
 
 Two styles (``--style``). ``ours`` (the default): the ``benevdial_generate`` prompt, which
 instructs every class including N (uniform treatment) and asks for ``--turns`` exchanges;
-the conditions come from the balanced sampler (conditions.py: one persona per profile and
+the conditions come from the balanced sampler (benevdial/conditions.py: one persona per profile and
 role, so at most profiles x roles per class); generators take turns over the dialogues in
 a fixed rotation, so no generator is tied to one class. ``paper`` follows the BenevDial
 paper: the conditions come from the crossed grid, roles x profiles x personas (grid.py:
@@ -55,6 +55,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from .. import prompts
+from ..benevdial.conditions import Condition, Conditions, derived_seed, load_conditions, sample_conditions
 from ..cache import RECORD_MODES, CallCache
 from ..errors import ConfigError, ModelCallError
 from ..files import write_atomically
@@ -62,7 +63,6 @@ from ..models import CallPool, Model, ModelSpec, check_credentials, parse_spec
 from ..models.base import FINISH_CONTENT_FILTER, FINISH_LENGTH
 from ..vocabulary import CLASSES
 from . import quality
-from .conditions import Condition, Conditions, derived_seed, load_conditions, sample_conditions
 from .grid import grid_shape, sample_grid
 
 TEMPLATE = "benevdial_generate"
@@ -250,11 +250,6 @@ def iter_jobs(conditions: list[Condition], generators: int, style: str = "ours")
                     yield Job(condition, cls, g, "paper", f"-g{g + 1}" if generators > 1 else "")
             else:
                 yield Job(condition, cls, (i + k) % generators)
-
-
-def plan_jobs(conditions: list[Condition], generators: int, style: str = "ours") -> list[Job]:
-    """``iter_jobs`` as a list."""
-    return list(iter_jobs(conditions, generators, style))
 
 
 def class_values(template: prompts.Template, job: Job, values: dict | None = None) -> dict:

@@ -34,8 +34,8 @@ import heapq
 import random
 from dataclasses import dataclass
 
+from ..benevdial.conditions import Condition, Conditions, Profile, balanced_column, derived_seed
 from ..vocabulary import AXES
-from .conditions import Condition, Conditions, Profile, balanced_column, derived_seed
 
 
 @dataclass(frozen=True)
@@ -116,16 +116,6 @@ class _Cells:
         persona = self.personas[persona_index]
         return Condition(id=condition_id(role_id, profile, persona_index), role=role_id, need=needs[persona_index],
                          profile=profile, persona=persona)
-
-
-def grid_condition(c: Conditions, role_id: str, index: int, seed: int) -> Condition:
-    """The condition of cell ``index`` of role ``role_id`` (0 <= index < profiles x personas)."""
-    shape = grid_shape(c)
-    if role_id not in c.roles:
-        raise KeyError(f"no role {role_id!r} in {c.path}")
-    if not 0 <= index < shape.per_role:
-        raise IndexError(f"grid index {index} outside 0..{shape.per_role - 1}")
-    return _Cells(c, seed).condition(role_id, index)
 
 
 def role_counts(c: Conditions, per_class: int, seed: int) -> dict[str, int]:

@@ -20,9 +20,9 @@ import json
 import random
 from pathlib import Path
 
-from .errors import ConfigError
-from .files import read_jsonl
-from .metrics.rates import DIGITS, wilson_interval
+from ..errors import ConfigError
+from ..files import read_jsonl
+from ..metrics.rates import DIGITS, wilson_interval
 
 RESAMPLES = 2000
 SEED = 20251201
@@ -75,7 +75,7 @@ def _bootstrap(items: list[list], categories: list, seed: int) -> dict:
 
 
 def agreement_report(rows: list[dict], raters: list[str], share: str | None = None, seed: int = SEED) -> dict:
-    from . import stats
+    from .. import stats
 
     complete, missing = [], 0
     for row in rows:
