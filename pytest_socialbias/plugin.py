@@ -805,13 +805,8 @@ class Controller:
                 shown, items, answers = asked
                 judge_check = {"shown": shown, "items": items, "answers": answers,
                                "usage": aggregator.judge_check_usage.to_dict()}
-        data = partial_data(
-            shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
-            records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
-            failures_before=session.testsfailed, stopped_early=aggregator.partial,
-            judge_check=judge_check, suite_files=aggregator.suite_files, batching=aggregator.batching(),
-            selection_filters=aggregator.selection_filters,
-        )
+        data = partial_data(shard, selection, settings, models, aggregator, failures_before=session.testsfailed,
+                            judge_check=judge_check)
         share = state.share or {"cases": len(aggregator.records)}
         calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""
         self.shard_lines = [
