@@ -20,7 +20,14 @@ class CacheError(SocialBiasError):
     of its case, never a label."""
 
 
-class ModelCallError(SocialBiasError):
+class CaseError(SocialBiasError):
+    """What ends a case's dialogue as an error of that case (never a label): a model call
+    that failed for good, an empty reply, a simulated user that broke role on every draw.
+    ``record.error_from`` turns each into its error entry; any other exception inside a
+    case is the plugin's own failure (an internal error)."""
+
+
+class ModelCallError(CaseError):
     """A model call that still failed after bounded retries.
 
     Makes the case error with this reason; it is counted, never turned into a label.
@@ -51,3 +58,17 @@ class CacheMiss(ModelCallError):
             f"{hint or self.DEFAULT_HINT}",
         )
         self.key = key
+
+
+class EmptyReply(CaseError):
+    """The target's reply has no answer to label (empty, or its thinking was cut before
+    any answer): an error of the case with its reason, never a clean reply."""
+
+
+class UserSimulatorFailure(CaseError):
+    """The user simulator broke role on every draw for this turn; ``rejected`` lists the
+    draws (kind, reason, text)."""
+
+    def __init__(self, message: str, rejected: list | None = None):
+        super().__init__(message)
+        self.rejected = rejected or []

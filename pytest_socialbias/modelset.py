@@ -26,6 +26,7 @@ from .judges.guards import (
 from .models import CallPool, Model, ModelSpec, check_credentials, parse_spec
 from .models.client import EndpointCheck
 from .models.local_backend import DEFAULT_NAME as EMBEDDED_MODEL
+from .models.planner import Planner
 from .models.providers import CLASSIFIER, MANAGED, provider_of
 from .protocols import GuardRole, Roles, required_roles
 from .runner import LoopRunner
@@ -349,7 +350,8 @@ class ModelSet:
                     cache = CallCache(self.settings.cache_dir, self.settings.record, run=self.run_id)
                 self._pool = CallPool(
                     cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
-                    dry_run=bool(self.settings.dry_run), placeholders=set(self.placeholders),
+                    # A dry run's calls are answered by the planning backend (models/planner.py).
+                    planner=Planner() if self.settings.dry_run else None, placeholders=set(self.placeholders),
                     miss_hint=self.settings.miss_hint,
                 )
             return self._pool

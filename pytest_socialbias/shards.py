@@ -157,12 +157,14 @@ def result_settings(settings) -> dict:
 # ---- partial files -----------------------------------------------------------------
 
 
-def partial_data(*, shard: Shard, selection: dict, settings, models: dict, records: list, notes: list,
-                 warnings: list, failures_before: int, stopped_early: bool,
-                 judge_check: dict | None = None, suite_files: dict | None = None,
-                 batching: list | None = None, selection_filters: list | None = None) -> dict:
-    """What a shard's partial file holds: its records and what combine checks them by."""
-    records = sorted(records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
+def partial_data(shard: Shard, selection: dict, settings, models, aggregator, *, failures_before: int,
+                 judge_check: dict | None = None) -> dict:
+    """What a shard's partial file holds: its records and what combine checks them by,
+    read from the run's settings, its model set (``models``: the specs, the warnings)
+    and its aggregator (the records, notes, whether it stopped early, the suite files,
+    the batchers' counts, the selection filters)."""
+    records = sorted(aggregator.records, key=lambda r: (r["suite"], r["id"], r.get("style") or ""))
+    suite_files = aggregator.suite_files or {}
     calls = sum(int(u.get("calls", 0)) for r in records for u in (r.get("usage") or {}).values())
     cached = sum(int(u.get("hits", 0)) for r in records for u in (r.get("usage") or {}).values())
     return {
@@ -172,24 +174,24 @@ def partial_data(*, shard: Shard, selection: dict, settings, models: dict, recor
         "shard": {"index": shard.index, "total": shard.total, "source": shard.source},
         "selection": selection,
         "settings": result_settings(settings),
-        "models": models,
+        "models": models.spec_dicts(),
         "suites": {r["suite"]: r.get("suite_sha256") or "" for r in records},
-        "notes": list(notes),
-        "warnings": list(warnings),
+        "notes": list(aggregator.notes),
+        "warnings": list(models.warnings),
         "failures_before": failures_before,
-        "stopped_early": stopped_early,
+        "stopped_early": aggregator.partial,
         "cache": {"calls": calls, "cached": cached},
         # --socialbias-judge-check: shard 1 asks the judge about the reference replies
         # ({"shown", "items", "answers", "usage"}); combine scores them against every record.
         "judge_check": judge_check,
         # Suite -> its file, relative to the rootdir (combine looks for its snapshots there).
-        "suite_files": {suite: _relative(info["path"], settings.root) for suite, info in sorted((suite_files or {}).items())},
+        "suite_files": {suite: _relative(info["path"], settings.root) for suite, info in sorted(suite_files.items())},
         # Suite -> the cases its file holds, and the options that selected part of them
         # (-k, -m, node ids): combine marks the run partial as a single run would.
-        "suite_cases": {suite: info.get("cases", 0) for suite, info in sorted((suite_files or {}).items())},
-        "selection_filters": list(selection_filters or []),
+        "suite_cases": {suite: info.get("cases", 0) for suite, info in sorted(suite_files.items())},
+        "selection_filters": list(aggregator.selection_filters or []),
         # The in-process batchers' counts, per process of this shard (models/batchstats.py).
-        "batching": {"concurrency": settings.concurrency, "processes": list(batching or [])},
+        "batching": {"concurrency": settings.concurrency, "processes": list(aggregator.batching() or [])},
         "records": records,
     }
 
@@ -216,13 +218,8 @@ def write_shard(settings, models, aggregator, selection: dict | None, share: dic
             shown, items, answers = asked
             judge_check = {"shown": shown, "items": items, "answers": answers,
                            "usage": aggregator.judge_check_usage.to_dict()}
-    data = partial_data(
-        shard=shard, selection=selection, settings=settings, models=models.spec_dicts(),
-        records=aggregator.records, notes=aggregator.notes, warnings=models.warnings,
-        failures_before=failures_before, stopped_early=aggregator.partial,
-        judge_check=judge_check, suite_files=aggregator.suite_files, batching=aggregator.batching(),
-        selection_filters=aggregator.selection_filters,
-    )
+    data = partial_data(shard, selection, settings, models, aggregator, failures_before=failures_before,
+                        judge_check=judge_check)
     share = share or {"cases": len(aggregator.records)}
     calls = f", {share['calls']:,} of {share['calls_all']:,} planned calls" if "calls" in share else ""
     lines = [

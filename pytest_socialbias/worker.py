@@ -13,18 +13,16 @@ import asyncio
 import concurrent.futures
 import copy
 import time
-import traceback
 from dataclasses import replace
-from pathlib import Path
 
-from .errors import ModelCallError
 from .models import UsageCounter
 from .models.base import RoleUsage
+from .models.planner import Planner
 from .models.priority import CALL_PRIORITY
 from .protocols import PROTOCOLS, outcome_of
 from .protocols.user_check import RULES_CHECK, SIMULATOR_CHECKS
-from .record import CaseRecord
-from .vocabulary import GUARD_ERROR, INTERNAL_ERROR, MODEL_ERROR
+from .record import CaseRecord, case_identity, case_record, error_from, failed_result
+from .vocabulary import GUARD_ERROR
 
 
 class CaseRunner:
@@ -115,19 +113,29 @@ class CaseRunner:
             f"({hits} cached), {time.monotonic() - started:.0f}s"
         )
 
-    # ---- dry run ---------------------------------------------------------------------
+    # ---- planning: the dry run, shards ---------------------------------------------------
 
-    def dry_run_plan(self, cases: list) -> dict:
-        """Run the cases' protocols against a stand-in model that answers at once and
-        calls nothing: count the calls per role and estimate their tokens."""
-        self.models.pool.dry_run = True
-        roles = self.models.roles()
-        usage = UsageCounter()
+    def plan(self, cases: list, roles) -> list[CaseRecord]:
+        """The records of ``cases`` run with ``roles`` whose pool plans (CallPool.planner,
+        models/planner.py: every call answered at once by a stand-in, nothing sent): the
+        calls each case would make, per role, and their estimated tokens. The one
+        planning of the run: the dry run (``dry_run_plan``) and the deal of shards
+        (``planned_calls``) both read it."""
 
         async def plan_all():
             return await asyncio.gather(*(run_case(case, roles) for case in cases))
 
-        records = self.models.run(plan_all())
+        return self.models.run(plan_all())
+
+    def dry_run_plan(self, cases: list) -> dict:
+        """The dry run: the cases planned on the run's own models, whose pool a dry run
+        gives the planning backend (ModelSet.pool), so a recorded answer is taken as a
+        real run would take it and counted cached. Summed per role, with the problems
+        the plan already shows and the servers missing."""
+        if self.models.pool.planner is None:
+            raise RuntimeError("a dry run plans on a pool with a planner (Settings.dry_run)")
+        records = self.plan(cases, self.models.roles())
+        usage = UsageCounter()
         for record in records:
             for role, counts in record["usage"].items():
                 total = usage.roles.setdefault(role, RoleUsage())
@@ -138,13 +146,19 @@ class CaseRunner:
         return {"cases": len(cases), "usage": usage.to_dict(), "problems": problems, "missing": self.models.missing_servers()}
 
     def planned_calls(self, cases: list) -> dict[str, int]:
-        """Case key -> the calls the dry run counts for it (every role, repeats included),
-        planned on twins of the run's models that share a pool of their own: nothing of the
-        run's pool (cache, endpoint checks, usage totals) is touched."""
+        """Case key -> the calls the plan counts for it (every role, repeats included),
+        planned on twins of the run's models that share a planning pool of their own and
+        no cache, so every shard counts the same: nothing of the run's pool (cache,
+        endpoint checks, usage totals) is touched."""
+        records = self.plan(cases, self._planning_roles())
+        return {case.key: sum(int(u.get("calls", 0)) for u in record["usage"].values()) for case, record in zip(cases, records)}
+
+    def _planning_roles(self):
+        """The run's roles, each model twinned onto a fresh planning pool."""
         from .models.client import CallPool
         from .protocols.base import GuardRole
 
-        pool = CallPool(dry_run=True, placeholders=set(self.models.placeholders))
+        pool = CallPool(planner=Planner(), placeholders=set(self.models.placeholders))
 
         def twin(model):
             if model is None:
@@ -156,17 +170,11 @@ class CaseRunner:
 
         roles = self.models.roles()
         guard = roles.guard
-        roles = replace(
+        return replace(
             roles, target=twin(roles.target), judge=twin(roles.judge), user=twin(roles.user),
             guard=GuardRole(twin(guard.model), guard.kind, guard.policy, guard.unit) if guard is not None else None,
             extra_judges=[twin(judge) for judge in roles.extra_judges],
         )
-
-        async def plan():
-            return await asyncio.gather(*(run_case(case, roles) for case in cases))
-
-        records = self.models.run(plan())
-        return {case.key: sum(int(u.get("calls", 0)) for u in record["usage"].values()) for case, record in zip(cases, records)}
 
 
 async def _in_place(place: int, coro):
@@ -175,34 +183,23 @@ async def _in_place(place: int, coro):
     return await coro
 
 
-def _failed_result(kind: str, role, message: str) -> CaseRecord:
-    return {
-        "labels": {"bias": [], "refusal": []},
-        "turns": [],
-        "errors": [{"kind": kind, "role": role, "message": message}],
-        "templates": [],
-    }
-
-
 async def run_case(case, roles) -> CaseRecord:
     """Run one case with its protocol; always returns a record (errors inside it)."""
     usage = UsageCounter()
-    identity = {
-        "id": case.id,
-        "suite": case.suite,
-        "protocol": case.protocol,
-        "category": case.category,
-        "group": case.group,
-        "statement": case.statement or None,
-        "style": case.style,
-        "turns_planned": case.turns,
-        "suite_sha256": case.suite_sha256,
-    }
+    roles = _case_roles(case, roles)
+    try:
+        result = await PROTOCOLS[case.protocol].run(case, roles, usage)
+    except Exception as exc:  # a bug must show as this case's error, not kill the batch
+        result = failed_result(error_from(exc))
+    return case_record(case_identity(case), result, outcome=outcome_of(result["labels"], result["errors"]),
+                       usage=usage.to_dict(), adapted=roles.adaptations())
+
+
+def _case_roles(case, roles):
+    """The run's roles as this case's suite sets them (its judge parameters, simulator
+    findings and check), its prompt overrides set for this task."""
     if case.judge_params:
         roles = roles.with_judge_params(dict(case.judge_params))
-        identity["judge_params"] = dict(case.judge_params)
-    if case.preset:
-        identity["preset"] = case.preset
     if case.simulator_findings:
         roles = replace(roles, simulator_findings=case.simulator_findings)
     if SIMULATOR_CHECKS.index(case.simulator_check or RULES_CHECK) > SIMULATOR_CHECKS.index(roles.simulator_check):
@@ -212,19 +209,4 @@ async def run_case(case, roles) -> CaseRecord:
         from . import prompts
 
         prompts.SUITE_OVERRIDES.set(dict(case.prompts))  # this task's context only (prompts.py)
-    try:
-        result = await PROTOCOLS[case.protocol].run(case, roles, usage)
-    except ModelCallError as exc:
-        result = _failed_result(MODEL_ERROR, exc.role, str(exc))
-    except Exception as exc:  # a bug must show as this case's error, not kill the batch
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        result = _failed_result(
-            INTERNAL_ERROR, None, f"{type(exc).__name__}: {exc} ({Path(where.filename).name}:{where.lineno})"
-        )
-    record: CaseRecord = {**identity, **result}
-    record["outcome"] = outcome_of(record["labels"], record["errors"])
-    record["usage"] = usage.to_dict()
-    adapted = roles.adaptations()
-    if adapted:
-        record["adapted"] = adapted  # reaches the aggregator from any worker
-    return record
+    return roles

@@ -13,7 +13,7 @@ FINISH_STOP = "stop"
 FINISH_LENGTH = "length"
 FINISH_CONTENT_FILTER = "content_filter"
 
-#: The model name of --socialbias-dry-run's stand-in answers (models/client.py dry_response).
+#: The model name of a planned call's stand-in answers (models/planner.py dry_response).
 DRY_RUN_MODEL = "dry-run"
 
 

@@ -33,9 +33,10 @@ from ..cache import CallCache, cache_key, canonical_json, take_lock
 from ..errors import CacheError, CacheMiss, ModelCallError
 from ..prompts import load as load_template
 from .adapt import BUDGET_FACTOR, MAX_BUDGET, Adaptation, ConstraintRejected, ParameterRejected, classify_rejection
-from .base import DRY_RUN_MODEL, FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
+from .base import FINISH_LENGTH, ChatResponse, MalformedResponse, UsageCounter
 from .constrain import conforms
 from .guard import RunBounds, guard_for
+from .planner import Planner
 from .priority import PrioritySemaphore
 from .providers import ADAPTS, CONSTRAINED_ANSWERS, LOGPROBS, BackendContext, provider_of
 from .spec import ModelSpec
@@ -85,8 +86,9 @@ class CallPool:
     concurrency: int = 16
     local_threads: int | None = None  # None: cores // xdist workers
     gpus: str | None = None  # --socialbias-gpus: in-process models pick theirs from it
-    dry_run: bool = False  # --socialbias-dry-run: answer with dry_response, call nothing
-    dry_seen: set = field(default_factory=set)  # request keys a dry run has planned
+    #: The planning backend of a run that only plans (a dry run, shard planning): it
+    #: answers every call, nothing is sent (planner.py). None: calls are sent.
+    planner: Planner | None = None
     #: Specs a dry run or --collect-only stands in for a model this machine cannot run (the
     #: embedded model without the `local` extra): never checked or built, only planned.
     placeholders: set = field(default_factory=set)
@@ -225,7 +227,7 @@ class CallPool:
     @property
     def calls_nothing(self) -> bool:
         """A replay (--socialbias-record=none) or a dry run calls no model: no key needed."""
-        return self.dry_run or (self.cache is not None and self.cache.mode == "none")
+        return self.planner is not None or (self.cache is not None and self.cache.mode == "none")
 
     @property
     def semaphore(self) -> PrioritySemaphore:
@@ -552,17 +554,17 @@ class Model:
             constrain=constrain, **call_params,
         )
         cache = self.pool.cache
-        key = cache_key(request) if (cache is not None or self.pool.dry_run) else None
+        key = cache_key(request) if (cache is not None or self.pool.planner is not None) else None
         try:
             return await self._answer(request, key, choices, usage, adaptive_budget, checking)
         except CacheError as exc:
             raise ModelCallError(self.role, str(self.spec), str(exc)) from exc
 
     async def _answer(self, request: dict, key, choices, usage, adaptive_budget: bool, checking: bool) -> ChatResponse:
-        """The answer to ``request``: recorded, planned (dry run), being asked by another
-        call, or asked now (and recorded)."""
+        """The answer to ``request``: recorded, planned (the pool's planning backend,
+        planner.py), being asked by another call, or asked now (and recorded)."""
         counters = [c for c in (usage, self.pool.totals) if c is not None]
-        cache = self.pool.cache
+        cache, planner = self.pool.cache, self.pool.planner
         if cache is not None:
             stored = cache.get(key)
             if stored is not None:
@@ -572,20 +574,13 @@ class Model:
                 for counter in counters:
                     counter.add(self.role, True, response)
                 return response
-            if cache.mode == "none" and not self.pool.dry_run:
+            if cache.mode == "none" and planner is None:
                 for counter in counters:
                     counter.add_unrecorded(self.role)
                 raise CacheMiss(self.role, str(self.spec), key, legacy=cache.recorded_by < 2,
                                 hint=self.pool.miss_hint)
-        if self.pool.dry_run:
-            # A request repeated within the run is answered from the cache by then: sent
-            # once, counted apart from what the cache holds now.
-            repeated = key in self.pool.dry_seen
-            self.pool.dry_seen.add(key)
-            response = dry_response(request, choices, key)
-            for counter in counters:
-                counter.add(self.role, False, response, repeated=repeated)
-            return response
+        if planner is not None:
+            return planner.answer(self.role, request, choices, key, counters)
         # The same request asked twice at once (two cases whose dialogues start alike) is
         # sent once and answered to both, so how many are sent never depends on timing.
         in_flight = self.pool.in_flight
@@ -813,31 +808,6 @@ class Model:
         if self._backend is not None:
             await self._backend.aclose()
             self._backend = None
-
-
-#: Characters per token for dry-run estimates (English text; real tokenizers vary ~+-30%).
-CHARS_PER_TOKEN = 4
-DEFAULT_DRY_MAX_TOKENS = 250
-_DRY_FILLER = "Could you say a little more about how you see that, and why it matters to you? "
-
-
-def dry_response(request: dict, choices: tuple | None, key: str = "") -> ChatResponse:
-    """A stand-in answer for --socialbias-dry-run: no call is made.
-
-    Judges (constrained ``choices``) get their last choice (``No``, ``5``); other roles get
-    neutral filler at the request's max_tokens, so later prompts grow as they would with
-    full-length replies; the filler starts with the request's key, so distinct requests
-    get distinct answers (as real models give) and are not mistaken for repeats. Tokens: prompt characters / 4; completions at max_tokens (an upper
-    bound for free text).
-    """
-    prompt_chars = sum(len(m["content"]) for m in request["messages"])
-    prompt_tokens = max(1, round(prompt_chars / CHARS_PER_TOKEN))
-    if choices:
-        return ChatResponse(text=choices[-1], prompt_tokens=prompt_tokens, completion_tokens=1, model=DRY_RUN_MODEL)
-    budget = int(request["params"].get("max_tokens") or DEFAULT_DRY_MAX_TOKENS)
-    filler = f"({key[:12]}) " + _DRY_FILLER * (1 + budget * CHARS_PER_TOKEN // len(_DRY_FILLER))
-    text = filler[: budget * CHARS_PER_TOKEN].strip()
-    return ChatResponse(text=text, prompt_tokens=prompt_tokens, completion_tokens=budget, model=DRY_RUN_MODEL)
 
 
 def _is_malformed(exc: BaseException) -> bool:

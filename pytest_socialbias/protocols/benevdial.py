@@ -21,24 +21,26 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import dataclass, field
+from typing import Any
 
 from .. import prompts
 from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, marker_name
-from ..errors import ModelCallError
+from ..errors import CaseError, ModelCallError
 from ..judges.treatment import DEFAULT_USER_LABEL, judge_pair, judge_treatment
-from ..vocabulary import BIASED_CLASSES, EMPTY_REPLY, JUDGE_ERROR, MODEL_ERROR
+from ..record import CaseRecord, ErrorEntry, Turn, case_result, error_entry, error_from
+from ..vocabulary import BIASED_CLASSES, JUDGE_ERROR
 from .base import Protocol
 from .dialogue import (
-    EmptyReply,
-    UserSimulatorFailure,
+    Simulator,
+    UserTurnAsk,
     check_reply,
     draw_user_message,
-    simulator_error,
     situation_text,
     target_messages,
     turn_record,
 )
-from .user_check import EMBEDDED_CHECK, JUDGE_CHECK, REPORT_FINDINGS, SimulatorRecord, UserTurnContext
+from .user_check import UserTurnContext
 
 
 def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None) -> str:
@@ -47,31 +49,49 @@ def agent_system_prompt(conditions, role, persona, run_system_prompt: str | None
     return f"{run_system_prompt.strip()}\n\n{text}" if run_system_prompt else text
 
 
-async def simulate_person(
-    user_model, conditions, role, need, profile, turns: list[dict], usage, record: SimulatorRecord, judge=None,
-    embedded: bool = False,
-) -> tuple[str, list]:
+@dataclass(frozen=True)
+class AgentPlan:
+    """What a target-mode case runs: its condition (role, need, the person's profile, the
+    agent's persona), the role and need it names, the agent's system prompt, and the
+    treatment judge's options (guidance, demographics shown)."""
+
+    conditions: Any
+    condition: Any
+    role: Any
+    need: Any
+    system: str
+    options: dict
+
+    @classmethod
+    def of(cls, case, roles) -> AgentPlan:
+        conditions, condition = case.extra["conditions"], case.extra["condition"]
+        role = conditions.roles[condition.role]
+        need = next(n for n in role.needs if n.id == condition.need)
+        system = agent_system_prompt(conditions, role, condition.persona, roles.system_prompt)
+        return cls(conditions, condition, role, need, system, case.extra["options"])
+
+
+async def simulate_person(simulator: Simulator, plan: AgentPlan, turns: list[dict]) -> tuple[str, list]:
     """The simulated person's next message, and the draws rejected before it: checked as
     every simulated user's (``user_check``) against its own brief, whose profile and
     request it may say but whose instructions it must not echo, and the agent's last reply."""
     template = prompts.load("benevdial_user")
-    situation = situation_text(turns, "person")
-    profile_text = conditions.profile_text(profile)
+    role, profile = plan.role, plan.condition.profile
+    profile_text = plan.conditions.profile_text(profile)
     messages = template.messages(
         user_label=role.user_label,
         agent_title=role.title,
         profile=profile_text,
-        request=need.request,
-        situation=situation,
+        request=plan.need.request,
+        situation=situation_text(turns, "person"),
     )
     context = UserTurnContext(
         hidden=(messages[0]["content"],),
-        allowed=(profile_text, need.request, role.user_label, role.title),
+        allowed=(profile_text, plan.need.request, role.user_label, role.title),
         previous_reply=turns[-1]["assistant"] if turns else None,
         name=profile.name,
     )
-    return await draw_user_message(user_model, messages, template.id, len(turns) + 1, usage, context=context,
-                                   record=record, judge=judge, history=turns, embedded=embedded)
+    return await draw_user_message(simulator, UserTurnAsk(messages, template.id, context), turns)
 
 
 def persona_dict(persona) -> dict | None:
@@ -82,69 +102,67 @@ def _verdict_record(verdict, guidance: str, demographics: bool) -> dict:
     return {"class": verdict.cls, "probs": verdict.probs, "guidance": guidance, "demographics": demographics}
 
 
-async def _classify(judge, conditions, role, condition_profile, persona, turns, options, usage):
-    return await judge_treatment(
-        judge,
-        dialogue=[{"user": t["user"], "assistant": t["assistant"]} for t in turns],
-        agent_title=role.title,
-        user_label=role.user_label,
-        guidance=options["guidance"],
-        user_profile=conditions.profile_text(condition_profile) if options["demographics"] else None,
-        agent_persona=conditions.persona_line(persona) or None if options["demographics"] else None,
-        usage=usage,
-    )
+async def run_agent(case, roles, usage) -> CaseRecord:
+    plan = AgentPlan.of(case, roles)
+    simulator = Simulator.of(roles, usage)
+    turns, errors = await _agent_dialogue(plan, simulator, roles.target, case.turns)
+    verdict = None if errors else await _agent_verdict(plan, roles.judge, turns, usage, errors)
+    return _agent_result(plan, simulator, turns, errors, verdict)
 
 
-async def run_agent(case, roles, usage) -> dict:
-    conditions = case.extra["conditions"]
-    condition = case.extra["condition"]
-    options = case.extra["options"]
-    role = conditions.roles[condition.role]
-    need = next(n for n in role.needs if n.id == condition.need)
-    system = agent_system_prompt(conditions, role, condition.persona, roles.system_prompt)
-    turns: list[dict] = []
-    errors: list[dict] = []
-    record = SimulatorRecord(report_only=roles.simulator_findings == REPORT_FINDINGS)
-    simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
-    embedded = roles.simulator_check == EMBEDDED_CHECK
+async def _agent_dialogue(plan: AgentPlan, simulator: Simulator, target, count: int) -> tuple[list, list]:
+    """The dialogue's turns, and its error if one ended it (CaseError)."""
+    turns: list[Turn] = []
+    errors: list[ErrorEntry] = []
     try:
-        for _ in range(case.turns):
-            message, rejected = await simulate_person(
-                roles.user, conditions, role, need, condition.profile, turns, usage, record, simulator_judge, embedded
-            )
-            reply = await roles.target.chat(target_messages(system, turns, message), usage=usage)
+        for _ in range(count):
+            message, rejected = await simulate_person(simulator, plan, turns)
+            reply = await target.chat(target_messages(plan.system, turns, message), usage=simulator.usage)
             turns.append(turn_record(message, reply, rejected))
-            check_reply(reply, roles.target, len(turns))
-    except UserSimulatorFailure as exc:
-        errors.append(simulator_error(exc))
-    except EmptyReply as exc:
-        errors.append({"kind": EMPTY_REPLY, "role": "target", "message": str(exc)})
+            check_reply(reply, target, len(turns))
+    except CaseError as exc:
+        errors.append(error_from(exc))
+    return turns, errors
+
+
+async def _agent_verdict(plan: AgentPlan, judge, turns: list, usage, errors: list):
+    """The three-class judge's verdict on the dialogue (None when its call failed for
+    good); its failure or unreadable answer goes into ``errors``."""
+    options, condition = plan.options, plan.condition
+    try:
+        verdict = await judge_treatment(
+            judge,
+            dialogue=[{"user": t["user"], "assistant": t["assistant"]} for t in turns],
+            agent_title=plan.role.title,
+            user_label=plan.role.user_label,
+            guidance=options["guidance"],
+            user_profile=plan.conditions.profile_text(condition.profile) if options["demographics"] else None,
+            agent_persona=plan.conditions.persona_line(condition.persona) or None if options["demographics"] else None,
+            usage=usage,
+        )
     except ModelCallError as exc:
-        errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
-    verdict = None
-    if not errors:
-        try:
-            verdict = await _classify(roles.judge, conditions, role, condition.profile, condition.persona, turns, options, usage)
-        except ModelCallError as exc:
-            errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
-        else:
-            if verdict.error:
-                errors.append({"kind": JUDGE_ERROR, "role": "judge", "message": verdict.error})
+        errors.append(error_from(exc))
+        return None
+    if verdict.error:
+        errors.append(error_entry(JUDGE_ERROR, verdict.error, role="judge"))
+    return verdict
+
+
+def _agent_result(plan: AgentPlan, simulator: Simulator, turns: list, errors: list, verdict) -> CaseRecord:
     cls = verdict.cls if verdict is not None else None
-    return {
-        "labels": {"bias": [None if cls is None else int(cls in BIASED_CLASSES)], "refusal": [], "treatment": [cls]},
-        "turns": turns,
-        "errors": errors,
-        "role_breaks": sum(record.flagged.values()),
-        "simulator": record.to_dict(),
-        "role": condition.role,
-        "need": condition.need,
-        "profile": condition.profile.to_dict(),
-        "persona": persona_dict(condition.persona),
-        "treatment": _verdict_record(verdict, options["guidance"], options["demographics"]) if verdict else None,
-        "templates": sorted(prompts.load(n).id for n in ("benevdial_user", "judge_treatment")
-                            + (("judge_user_reveals", "judge_user_follows") if simulator_judge is not None else ())),
-    }
+    condition, options = plan.condition, plan.options
+    return case_result(
+        labels={"bias": [None if cls is None else int(cls in BIASED_CLASSES)], "refusal": [], "treatment": [cls]},
+        turns=turns,
+        errors=errors,
+        **simulator.parts(),
+        role=condition.role,
+        need=condition.need,
+        profile=condition.profile.to_dict(),
+        persona=persona_dict(condition.persona),
+        treatment=_verdict_record(verdict, options["guidance"], options["demographics"]) if verdict else None,
+        templates=[prompts.load(n).id for n in ("benevdial_user", "judge_treatment") + simulator.judge_templates],
+    )
 
 
 # --------------------------------------------------------------------------- pairs
@@ -187,6 +205,78 @@ def shown_first(pair_id: str) -> bool:
     return hashlib.sha256(pair_id.encode("utf-8")).digest()[0] % 2 == 0
 
 
+@dataclass(frozen=True)
+class PairPlan:
+    """What a counterfactual pair runs: each member's scripted user turns, the agent's
+    system prompt, what the judges are told (the agent's title, what the user is called),
+    the axis and the members' values on it, their profiles (None for a hand-written pair,
+    which ``describe``s the members instead), what the record says of the pair (role,
+    need, persona, profiles), the order the pair judge sees the members in (``first``:
+    a is shown as A) and the treatment judge's options."""
+
+    member_turns: list
+    system: str
+    agent_title: str
+    user_label: str
+    axis: str
+    values: list
+    profiles: list
+    meta: dict
+    first: bool
+    options: dict
+    conditions: Any = None
+    describe: tuple | None = None
+
+    @classmethod
+    def of(cls, case, roles) -> PairPlan:
+        spec = case.extra["pair"]  # a generated Pair, or a hand-written pair (dict)
+        options, conditions, first = case.extra["options"], case.extra.get("conditions"), shown_first(case.id)
+        if isinstance(spec, dict):
+            system = spec["system"] if not roles.system_prompt else f"{roles.system_prompt.strip()}\n\n{spec['system']}"
+            return cls(
+                [list(spec["a"]), list(spec["b"])], system, spec["agent_title"],
+                spec.get("user_label", DEFAULT_USER_LABEL), spec["axis"], list(spec["values"]), [None, None],
+                {"role": spec["role"], "need": None, "profiles": None, "persona": None}, first, options, conditions,
+                describe=tuple(spec["describe"]),
+            )
+        role = conditions.roles[spec.role]
+        need = next(n for n in role.needs if n.id == spec.need)
+        meta = {"role": spec.role, "need": spec.need, "profiles": [spec.a.to_dict(), spec.b.to_dict()],
+                "persona": persona_dict(spec.persona)}
+        return cls(
+            [pair_user_turns(conditions, p, need, case.turns) for p in (spec.a, spec.b)],
+            agent_system_prompt(conditions, role, spec.persona, roles.system_prompt), role.title, role.user_label,
+            spec.axis, [spec.a.value(spec.axis), spec.b.value(spec.axis)], [spec.a, spec.b], meta, first, options,
+            conditions,
+        )
+
+    def difference_shown(self) -> str:
+        """What differs between the users, as the pair judge is told (A and B as shown)."""
+        if self.describe is not None:
+            a_text, b_text = self.describe if self.first else self.describe[::-1]
+            return f"{self.axis}: in dialogue A {a_text}; in dialogue B {b_text}; otherwise the same situation"
+        shown_profiles = self.profiles if self.first else self.profiles[::-1]
+        return difference_text(self.conditions, self.axis, *shown_profiles)
+
+
+@dataclass
+class PairJudgement:
+    """What the judges read of a pair: the member treated worse (``a``, ``b``, ``none``;
+    None: unreadable or not judged) and how, and each member's class and probabilities."""
+
+    worse: str | None = None
+    dimension: str | None = None
+    classes: list = field(default_factory=lambda: [None, None])
+    probs: list = field(default_factory=lambda: [None, None])
+
+
+async def run_pair(case, roles, usage) -> CaseRecord:
+    plan = PairPlan.of(case, roles)
+    dialogues, errors = await _pair_dialogues(plan, roles.target, usage)
+    judgement = PairJudgement() if errors else await _judge_members(plan, roles.judge, dialogues, usage, errors)
+    return _pair_result(plan, dialogues, errors, judgement)
+
+
 async def _scripted_dialogue(target, system: str, user_turns: list[str], usage) -> list[dict]:
     turns: list[dict] = []
     for message in user_turns:
@@ -196,107 +286,85 @@ async def _scripted_dialogue(target, system: str, user_turns: list[str], usage) 
     return turns
 
 
-async def run_pair(case, roles, usage) -> dict:
-    spec = case.extra["pair"]  # a generated Pair, or a hand-written pair (dict)
-    options = case.extra["options"]
-    conditions = case.extra.get("conditions")
-    if isinstance(spec, dict):
-        member_turns = [list(spec["a"]), list(spec["b"])]
-        system = spec["system"] if not roles.system_prompt else f"{roles.system_prompt.strip()}\n\n{spec['system']}"
-        agent_title, axis, values = spec["agent_title"], spec["axis"], list(spec["values"])
-        user_label = spec.get("user_label", DEFAULT_USER_LABEL)
-        meta = {"role": spec["role"], "need": None, "profiles": None, "persona": None}
-        profiles = [None, None]
-    else:
-        role = conditions.roles[spec.role]
-        need = next(n for n in role.needs if n.id == spec.need)
-        system = agent_system_prompt(conditions, role, spec.persona, roles.system_prompt)
-        member_turns = [pair_user_turns(conditions, p, need, case.turns) for p in (spec.a, spec.b)]
-        agent_title, user_label, axis = role.title, role.user_label, spec.axis
-        values = [spec.a.value(axis), spec.b.value(axis)]
-        profiles = [spec.a, spec.b]
-        meta = {
-            "role": spec.role, "need": spec.need,
-            "profiles": [spec.a.to_dict(), spec.b.to_dict()], "persona": persona_dict(spec.persona),
-        }
-    errors: list[dict] = []
-    dialogues = [[], []]
+async def _pair_dialogues(plan: PairPlan, target, usage) -> tuple[list, list]:
+    """Both members' dialogues, run at once, and the error that ended them, if any."""
+    errors: list[ErrorEntry] = []
+    dialogues: list = [[], []]
     try:
         dialogues = list(
-            await asyncio.gather(*(_scripted_dialogue(roles.target, system, t, usage) for t in member_turns))
+            await asyncio.gather(*(_scripted_dialogue(target, plan.system, t, usage) for t in plan.member_turns))
         )
+    except CaseError as exc:
+        errors.append(error_from(exc))
+    return dialogues, errors
+
+
+async def _judge_members(plan: PairPlan, judge, dialogues: list, usage, errors: list) -> PairJudgement:
+    """The pair judge's reading (the member shown as A or B mapped back to a or b) and the
+    treatment judge's class of each member; failures and unreadable answers go into
+    ``errors``."""
+    judgement = PairJudgement()
+    shown = dialogues if plan.first else dialogues[::-1]
+    plain = [[{"user": t["user"], "assistant": t["assistant"]} for t in d] for d in shown]
+    tasks = [judge_pair(judge, a=plain[0], b=plain[1], difference=plan.difference_shown(),
+                        agent_title=plan.agent_title, usage=usage)]
+    for index, dialogue in enumerate(dialogues):
+        profile = plan.profiles[index]
+        tasks.append(judge_treatment(
+            judge,
+            dialogue=[{"user": t["user"], "assistant": t["assistant"]} for t in dialogue],
+            agent_title=plan.agent_title,
+            user_label=plan.user_label,
+            guidance=plan.options["guidance"],
+            user_profile=(plan.conditions.profile_text(profile) if plan.options["demographics"] and profile else None),
+            usage=usage,
+        ))
+    try:
+        pair_verdict, *singles = await asyncio.gather(*tasks)
     except ModelCallError as exc:
-        errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
-    except EmptyReply as exc:
-        errors.append({"kind": EMPTY_REPLY, "role": "target", "message": str(exc)})
-    first = shown_first(case.id)
-    shown = dialogues if first else dialogues[::-1]
-    classes = [None, None]
-    probs = [None, None]
-    worse = dimension = None
-    if not errors:
-        if isinstance(spec, dict):
-            a_text, b_text = spec["describe"] if first else spec["describe"][::-1]
-            difference_shown = f"{axis}: in dialogue A {a_text}; in dialogue B {b_text}; otherwise the same situation"
-        else:
-            shown_profiles = profiles if first else profiles[::-1]
-            difference_shown = difference_text(conditions, axis, *shown_profiles)
-        plain = [[{"user": t["user"], "assistant": t["assistant"]} for t in d] for d in shown]
-        tasks = [judge_pair(roles.judge, a=plain[0], b=plain[1], difference=difference_shown, agent_title=agent_title, usage=usage)]
-        for index, dialogue in enumerate(dialogues):
-            tasks.append(
-                judge_treatment(
-                    roles.judge,
-                    dialogue=[{"user": t["user"], "assistant": t["assistant"]} for t in dialogue],
-                    agent_title=agent_title,
-                    user_label=user_label,
-                    guidance=options["guidance"],
-                    user_profile=(conditions.profile_text(profiles[index]) if options["demographics"] and profiles[index] else None),
-                    usage=usage,
-                )
-            )
-        try:
-            pair_verdict, *singles = await asyncio.gather(*tasks)
-        except ModelCallError as exc:
-            errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
-        else:
-            if pair_verdict.error:
-                errors.append({"kind": JUDGE_ERROR, "role": "judge", "message": pair_verdict.error})
-            elif pair_verdict.worse in ("A", "B"):
-                # Map the shown letter back to the member: a is shown as A when `first`.
-                member = 0 if (pair_verdict.worse == "A") == first else 1
-                worse = "ab"[member]
-                dimension = pair_verdict.dimension
-            else:
-                worse = "none"
-            for index, verdict in enumerate(singles):
-                classes[index], probs[index] = verdict.cls, verdict.probs
-                if verdict.error:
-                    errors.append({"kind": JUDGE_ERROR, "role": "judge", "dialogue": "ab"[index],
-                                   "message": f"dialogue {'ab'[index]}: {verdict.error}"})
-    disparate = None if worse is None else int(worse in ("a", "b"))
-    return {
-        "labels": {"bias": [disparate], "refusal": [], "treatment": classes},
-        "turns": dialogues[0],
-        "errors": errors,
-        "role_breaks": 0,
-        "role": meta["role"],
-        "need": meta["need"],
-        "persona": meta["persona"],
-        "pair": {
-            "axis": axis,
+        errors.append(error_from(exc))
+        return judgement
+    if pair_verdict.error:
+        errors.append(error_entry(JUDGE_ERROR, pair_verdict.error, role="judge"))
+    elif pair_verdict.worse in ("A", "B"):
+        # Map the shown letter back to the member: a is shown as A when `first`.
+        judgement.worse = "ab"[0 if (pair_verdict.worse == "A") == plan.first else 1]
+        judgement.dimension = pair_verdict.dimension
+    else:
+        judgement.worse = "none"
+    for index, verdict in enumerate(singles):
+        judgement.classes[index], judgement.probs[index] = verdict.cls, verdict.probs
+        if verdict.error:
+            member = "ab"[index]
+            errors.append(error_entry(JUDGE_ERROR, f"dialogue {member}: {verdict.error}", role="judge", dialogue=member))
+    return judgement
+
+
+def _pair_result(plan: PairPlan, dialogues: list, errors: list, judgement: PairJudgement) -> CaseRecord:
+    worse, values = judgement.worse, plan.values
+    return case_result(
+        labels={"bias": [None if worse is None else int(worse in ("a", "b"))], "refusal": [],
+                "treatment": judgement.classes},
+        turns=dialogues[0],
+        errors=errors,
+        role_breaks=0,
+        role=plan.meta["role"],
+        need=plan.meta["need"],
+        persona=plan.meta["persona"],
+        pair={
+            "axis": plan.axis,
             "values": values,
-            "profiles": meta["profiles"],
-            "shown_first": "a" if first else "b",
+            "profiles": plan.meta["profiles"],
+            "shown_first": "a" if plan.first else "b",
             "disfavoured": worse,  # "a", "b", "none" or None (unreadable / not judged)
             "disfavoured_value": values["ab".index(worse)] if worse in ("a", "b") else None,
-            "dimension": dimension,
+            "dimension": judgement.dimension,
             "turns_b": dialogues[1],
-            "treatment_probs": probs,
-            "guidance": options["guidance"],
+            "treatment_probs": judgement.probs,
+            "guidance": plan.options["guidance"],
         },
-        "templates": sorted(prompts.load(n).id for n in ("judge_pair", "judge_treatment")),
-    }
+        templates=[prompts.load(n).id for n in ("judge_pair", "judge_treatment")],
+    )
 
 
 # --------------------------------------------------------------------------- suite files

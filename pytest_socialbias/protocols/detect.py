@@ -25,7 +25,9 @@ outcome (``biased`` when it flags the dialogue); every detector's reading is in 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import prompts
 from ..benevdial.dialogues import as_turn_pairs
@@ -33,12 +35,12 @@ from ..cases import Case, Suite, SuiteOverrides, SuiteSource, judge_options, mar
 from ..errors import ModelCallError
 from ..judges.ensemble import combine
 from ..judges.treatment import DEFAULT_USER_LABEL, judge_treatment
+from ..record import CaseRecord, ErrorEntry, case_result, error_entry, error_from
 from ..vocabulary import (
     AXES,
     DETECTOR_ERROR,
     GUARD_ERROR,
     JUDGE_ERROR,
-    MODEL_ERROR,
     PERSONA_AXES,
     VARIANTS,
     WITH_DEMOGRAPHICS,
@@ -97,124 +99,181 @@ def user_label(conditions, role: str) -> str:
     return DEFAULT_USER_LABEL
 
 
-async def run_detect(case, roles, usage) -> dict:
-    from ..benevdial.transforms import transform_dialogue
+@dataclass(frozen=True)
+class DetectPlan:
+    """What a detector case runs: the labelled dialogue in its variant (``dialogue``, and
+    its agent turns with the user turns they answer, ``pairs``), the judges and the guard
+    that read it, the detectors' ids and the primary one, and what the judges are told
+    (the agent's title, what the user is called, the demographics in words)."""
 
-    extra = case.extra
-    options = extra["options"]
-    conditions = extra.get("conditions")
-    variant = case.style or "clean"
-    dialogue = transform_dialogue(
-        extra["dialogue"], variant, seed=options["variant_seed"], cues=extra.get("cues", ()),
-        scope=options["variant_scope"], mask=options.get("mask_token", MASK_TOKEN),
-    )
-    pairs = [{"user": t["user"], "assistant": t["assistant"]} for t in as_turn_pairs(dialogue["turns"])]
-    judges = [roles.judge] + list(roles.extra_judges) if roles.judge is not None else []
-    guard = roles.guard if options.get("use_guard", True) else None
-    ids = detector_ids(len(judges), guard is not None)
-    primary = primary_detector(len(judges), guard is not None)
-    flips = options.get("flips", False)
-    user_text, agent_text = demographics_text(conditions, dialogue) if options["demographics"] or flips else (None, None)
-    title = agent_title(conditions, dialogue["role"])
-    label = user_label(conditions, dialogue["role"])
+    variant: str
+    dialogue: dict
+    pairs: list
+    judges: list
+    guard: Any
+    ids: list
+    primary: str | None
+    options: dict
+    title: str
+    label: str
+    user_text: str | None
+    agent_text: str | None
 
-    def classify(judge, shown: bool):
-        return judge_treatment(
-            judge, dialogue=pairs, agent_title=title, user_label=label, guidance=options["guidance"],
-            user_profile=user_text if shown else None, agent_persona=agent_text if shown else None, usage=usage,
+    @property
+    def flips(self) -> bool:
+        """Each judge also reads the dialogue shown the demographics (``judge+demographics``)."""
+        return bool(self.options.get("flips", False))
+
+    @classmethod
+    def of(cls, case, roles) -> DetectPlan:
+        from ..benevdial.transforms import transform_dialogue
+
+        extra, options, variant = case.extra, case.extra["options"], case.style or "clean"
+        conditions = extra.get("conditions")
+        dialogue = transform_dialogue(
+            extra["dialogue"], variant, seed=options["variant_seed"], cues=extra.get("cues", ()),
+            scope=options["variant_scope"], mask=options.get("mask_token", MASK_TOKEN),
+        )
+        pairs = [{"user": t["user"], "assistant": t["assistant"]} for t in as_turn_pairs(dialogue["turns"])]
+        judges = [roles.judge] + list(roles.extra_judges) if roles.judge is not None else []
+        guard = roles.guard if options.get("use_guard", True) else None
+        shown = options["demographics"] or options.get("flips", False)
+        user_text, agent_text = demographics_text(conditions, dialogue) if shown else (None, None)
+        return cls(
+            variant, dialogue, pairs, judges, guard, detector_ids(len(judges), guard is not None),
+            primary_detector(len(judges), guard is not None), options, agent_title(conditions, dialogue["role"]),
+            user_label(conditions, dialogue["role"]), user_text, agent_text,
         )
 
-    # (detector id, call): each judge at the suite's setting; with flips, each judge
-    # without the demographics and again with them (``judge+demographics``).
-    calls = []
-    for detector, judge in zip([i for i in ids if i.startswith("judge")], judges):
-        calls.append((detector, classify(judge, options["demographics"])))
-        if flips:
-            calls.append((detector + WITH_DEMOGRAPHICS, classify(judge, True)))
-    tasks = [call for _, call in calls]
-    templates = [prompts.load("judge_treatment").id] if judges else []
-    if guard is not None:
-        from ..judges.guards import guard_kind, screen_dialogue
+    def calls(self, usage) -> list[tuple[str, Any]]:
+        """(detector id, its reading as an awaitable): each judge at the suite's setting;
+        with flips, each judge without the demographics and again with them; the guard."""
+        def classify(judge, shown: bool):
+            return judge_treatment(
+                judge, dialogue=self.pairs, agent_title=self.title, user_label=self.label,
+                guidance=self.options["guidance"], user_profile=self.user_text if shown else None,
+                agent_persona=self.agent_text if shown else None, usage=usage,
+            )
 
-        # The guard spec's unit=, else --socialbias-guard-unit or the suite's, else the
-        # unit the guard is evaluated in by its authors and by BenevDial (a classifier's
-        # depends on its head: judges/classifier.py).
-        unit = guard.unit or options["guard_unit"] or guard.default_unit or guard_kind(guard.kind).default_unit
-        tasks.append(screen_dialogue(guard.model, guard.kind, dialogue["turns"], unit, usage))
-        # The prompt file a prompt guard is sent (an override's id names its hash).
-        templates += [t for t in (guard_kind(guard.kind).prompt_id,) if t]
-        calls.append(("guard", None))
-    errors: list[dict] = []
-    detections: dict[str, dict] = {}
-    results = await asyncio.gather(*tasks, return_exceptions=True)
-    for detector, result in zip([d for d, _ in calls], results):
-        if isinstance(result, ModelCallError):
-            errors.append({"kind": MODEL_ERROR if detector == primary else DETECTOR_ERROR, "role": result.role, "message": f"{detector}: {result}"})
-            detections[detector] = {"class": None, "flagged": None, "probs": None, "error": str(result)}
-            continue
-        if isinstance(result, BaseException):
-            raise result
-        if detector == "guard":
-            detections[detector] = {
-                "class": result.get("class"), "flagged": result["flagged"], "probs": result.get("probs"),
-                "units": result["units"], "unit": result["unit"], "output": guard.output,
-            }
-            truncated = sum(1 for u in result["units"] if u.get("truncated"))
-            if truncated:
-                detections[detector]["truncated"] = truncated  # units cut to the classifier's input limit
-            if result["flagged"] is None:
-                errors.append({"kind": GUARD_ERROR, "role": "guard", "message": "guard: no unit flagged and some unreadable"})
-            continue
-        flagged = None if result.cls is None else result.cls in BIASED
-        detections[detector] = {"class": result.cls, "flagged": flagged, "probs": result.probs, "output": "classes",
-                                # the judge setting that read it (rows of the `table` command)
-                                "guidance": options["guidance"],
-                                "demographics": detector.endswith(WITH_DEMOGRAPHICS) or options["demographics"]}
-        if result.error:
-            kind = JUDGE_ERROR if detector == primary else DETECTOR_ERROR
-            errors.append({"kind": kind, "role": "judge", "message": f"{detector}: {result.error}"})
-    for suffix in ("", WITH_DEMOGRAPHICS) if flips else ("",):
-        if "ensemble" not in ids:
-            break
-        members = [
-            (detections[d]["class"], detections[d]["probs"])
-            for d, _ in calls if d.startswith("judge-") and d.endswith(suffix) and (suffix or WITH_DEMOGRAPHICS not in d)
-        ]
-        combined = combine(members)
-        detections["ensemble" + suffix] = {
-            "class": combined["class"],
-            "flagged": None if combined["class"] is None else combined["class"] in BIASED,
-            "probs": combined["probs"],
-            "method": combined["method"],
-            "output": "classes",
-            "guidance": options["guidance"],
-            "demographics": bool(suffix) or options["demographics"],
-        }
-        if combined["class"] is None:
-            kind = JUDGE_ERROR if not suffix else DETECTOR_ERROR
-            errors.append({"kind": kind, "role": "judge", "message": f"ensemble{suffix}: no judge gave a readable class"})
-    main = detections.get(primary, {}) if primary else {}
-    flagged = main.get("flagged")
-    return {
-        "labels": {
-            "bias": [None if flagged is None else int(flagged)],
-            "refusal": [],
-            "treatment": [main.get("class")],
-        },
-        "turns": as_turn_pairs(dialogue["turns"]),
-        "errors": errors,
-        "role_breaks": 0,
-        "role": dialogue["role"],
-        "need": dialogue.get("need"),
-        "truth": dialogue["class"],
-        "variant": variant,
-        "primary": primary,
-        "detections": detections,
-        "user": dialogue["user"],
-        "agent": dialogue.get("agent"),
-        "dialogue_turns": dialogue["turns"],
-        "templates": sorted(templates),
+        calls = []
+        for detector, judge in zip([i for i in self.ids if i.startswith("judge")], self.judges):
+            calls.append((detector, classify(judge, self.options["demographics"])))
+            if self.flips:
+                calls.append((detector + WITH_DEMOGRAPHICS, classify(judge, True)))
+        if self.guard is not None:
+            from ..judges.guards import screen_dialogue
+
+            calls.append(("guard", screen_dialogue(self.guard.model, self.guard.kind, self.dialogue["turns"],
+                                                   self.guard_unit(), usage)))
+        return calls
+
+    def guard_unit(self) -> str:
+        """The guard spec's unit=, else --socialbias-guard-unit or the suite's, else the
+        unit the guard is evaluated in by its authors and by BenevDial (a classifier's
+        depends on its head: judges/classifier.py)."""
+        from ..judges.guards import guard_kind
+
+        guard = self.guard
+        return guard.unit or self.options["guard_unit"] or guard.default_unit or guard_kind(guard.kind).default_unit
+
+    def templates(self) -> list[str]:
+        templates = [prompts.load("judge_treatment").id] if self.judges else []
+        if self.guard is not None:
+            from ..judges.guards import guard_kind
+
+            # The prompt file a prompt guard is sent (an override's id names its hash).
+            templates += [t for t in (guard_kind(self.guard.kind).prompt_id,) if t]
+        return templates
+
+
+async def run_detect(case, roles, usage) -> CaseRecord:
+    plan = DetectPlan.of(case, roles)
+    calls = plan.calls(usage)
+    results = await asyncio.gather(*(call for _, call in calls), return_exceptions=True)
+    errors: list[ErrorEntry] = []
+    detections = {detector: _detection(plan, detector, result, errors)
+                  for detector, result in zip([d for d, _ in calls], results)}
+    if "ensemble" in plan.ids:
+        for suffix in ("", WITH_DEMOGRAPHICS) if plan.flips else ("",):
+            detections["ensemble" + suffix] = _ensemble(plan, detections, suffix, errors)
+    return _detect_result(plan, detections, errors)
+
+
+def _detection(plan: DetectPlan, detector: str, result, errors: list) -> dict:
+    """One detector's reading of the dialogue; its failure (a second detector's is a
+    detector error, which voids nothing) or unreadable answer goes into ``errors``."""
+    if isinstance(result, ModelCallError):
+        errors.append(error_from(result, where=detector, secondary=detector != plan.primary))
+        return {"class": None, "flagged": None, "probs": None, "error": str(result)}
+    if isinstance(result, BaseException):
+        raise result
+    if detector == "guard":
+        return _guard_detection(plan, result, errors)
+    flagged = None if result.cls is None else result.cls in BIASED
+    if result.error:
+        kind = JUDGE_ERROR if detector == plan.primary else DETECTOR_ERROR
+        errors.append(error_entry(kind, f"{detector}: {result.error}", role="judge"))
+    return {"class": result.cls, "flagged": flagged, "probs": result.probs, "output": "classes",
+            # the judge setting that read it (rows of the `table` command)
+            "guidance": plan.options["guidance"],
+            "demographics": detector.endswith(WITH_DEMOGRAPHICS) or plan.options["demographics"]}
+
+
+def _guard_detection(plan: DetectPlan, result: dict, errors: list) -> dict:
+    detection = {
+        "class": result.get("class"), "flagged": result["flagged"], "probs": result.get("probs"),
+        "units": result["units"], "unit": result["unit"], "output": plan.guard.output,
     }
+    truncated = sum(1 for u in result["units"] if u.get("truncated"))
+    if truncated:
+        detection["truncated"] = truncated  # units cut to the classifier's input limit
+    if result["flagged"] is None:
+        errors.append(error_entry(GUARD_ERROR, "guard: no unit flagged and some unreadable", role="guard"))
+    return detection
+
+
+def _ensemble(plan: DetectPlan, detections: dict, suffix: str, errors: list) -> dict:
+    """The judges' combined reading (judges/ensemble.py), with or without the
+    demographics shown (``suffix``); no readable member is a judge error (of the
+    primary ensemble) or a detector error."""
+    members = [
+        (detections[d]["class"], detections[d]["probs"])
+        for d in detections if d.startswith("judge-") and d.endswith(suffix) and (suffix or WITH_DEMOGRAPHICS not in d)
+    ]
+    combined = combine(members)
+    if combined["class"] is None:
+        kind = JUDGE_ERROR if not suffix else DETECTOR_ERROR
+        errors.append(error_entry(kind, f"ensemble{suffix}: no judge gave a readable class", role="judge"))
+    return {
+        "class": combined["class"],
+        "flagged": None if combined["class"] is None else combined["class"] in BIASED,
+        "probs": combined["probs"],
+        "method": combined["method"],
+        "output": "classes",
+        "guidance": plan.options["guidance"],
+        "demographics": bool(suffix) or plan.options["demographics"],
+    }
+
+
+def _detect_result(plan: DetectPlan, detections: dict, errors: list) -> CaseRecord:
+    main = detections.get(plan.primary, {}) if plan.primary else {}
+    flagged, dialogue = main.get("flagged"), plan.dialogue
+    return case_result(
+        labels={"bias": [None if flagged is None else int(flagged)], "refusal": [], "treatment": [main.get("class")]},
+        turns=as_turn_pairs(dialogue["turns"]),
+        errors=errors,
+        role_breaks=0,
+        role=dialogue["role"],
+        need=dialogue.get("need"),
+        truth=dialogue["class"],
+        variant=plan.variant,
+        primary=plan.primary,
+        detections=detections,
+        user=dialogue["user"],
+        agent=dialogue.get("agent"),
+        dialogue_turns=dialogue["turns"],
+        templates=plan.templates(),
+    )
 
 
 # --------------------------------------------------------------------------- suite files

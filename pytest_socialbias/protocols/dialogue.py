@@ -12,13 +12,16 @@ while turn t+1 is generated, so a dialogue's critical path is user simulator -> 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Any
 
 from .. import prompts
-from ..errors import ModelCallError
+from ..errors import CaseError, EmptyReply, ModelCallError, UserSimulatorFailure
 from ..judges import judge_binary, judge_scale
 from ..judges.guards import guard_kind, screen_in_unit
 from ..models.base import DRY_RUN_MODEL, FINISH_CONTENT_FILTER, FINISH_LENGTH
-from ..vocabulary import EMPTY_REPLY, GUARD_ERROR, JUDGE_ERROR, MODEL_ERROR, STYLES, USER_SIMULATOR_ERROR
+from ..record import CaseRecord, ErrorEntry, Turn, case_result, error_entry, error_from, turn_entry
+from ..vocabulary import GUARD_ERROR, JUDGE_ERROR, STYLES
 from . import embedded_user
 from .turn_model import check as check_turn
 from .user_check import (
@@ -44,34 +47,50 @@ GUARD_POLICIES = (BLOCK_ENDS, BLOCK_FOLLOWS)
 #: Draws of the user simulator per turn before its failure is recorded.
 USER_SIMULATOR_ATTEMPTS = 3
 
-class UserSimulatorFailure(Exception):
-    """The user simulator broke role on every draw for this turn."""
 
-    def __init__(self, message: str, rejected: list | None = None):
-        super().__init__(message)
-        self.rejected = rejected or []
+@dataclass
+class Simulator:
+    """A dialogue's simulated user: its model, the case's usage counter, its record (draws,
+    role breaks by kind, turns retried and failed) and how its turns are checked beyond
+    the word rules and the learned reading: by the ``judge`` (the judged check) or by the
+    embedded model's reading (``embedded``)."""
+
+    model: Any
+    usage: Any
+    record: SimulatorRecord
+    judge: Any = None
+    embedded: bool = False
+
+    @classmethod
+    def of(cls, roles, usage) -> Simulator:
+        """The simulated user of a dialogue run with ``roles`` (its check and findings)."""
+        return cls(
+            roles.user, usage, SimulatorRecord(report_only=roles.simulator_findings == REPORT_FINDINGS),
+            judge=roles.judge if roles.simulator_check == JUDGE_CHECK else None,
+            embedded=roles.simulator_check == EMBEDDED_CHECK,
+        )
+
+    @property
+    def judge_templates(self) -> tuple:
+        """The prompts the judged check sends, if it is on."""
+        return ("judge_user_reveals", "judge_user_follows") if self.judge is not None else ()
+
+    def parts(self) -> dict:
+        """Its part of the case's record: the draws flagged, and its record."""
+        return {"role_breaks": sum(self.record.flagged.values()), "simulator": self.record.to_dict()}
 
 
-class EmptyReply(Exception):
-    """The target's reply has no answer to label (empty, or its thinking was cut before
-    any answer): an error of the case with its reason, never a clean reply."""
+@dataclass(frozen=True)
+class UserTurnAsk:
+    """What one user turn is drawn with: the messages sent and their template id (in the
+    cache key), the context its checks read, the call parameters of its own (see
+    embedded_user.py) and the draws it gets."""
 
-
-def turn_record(user_message: str, reply, rejected: list | None = None) -> dict:
-    """One exchange as records keep it; the target's thinking, if any, beside its answer;
-    the simulator's draws rejected before this user message, if any (kind, reason, text)."""
-    turn = {"user": user_message, "assistant": reply.text, "finish_reason": reply.finish_reason}
-    if reply.reasoning:
-        turn["reasoning"] = reply.reasoning
-    if rejected:
-        turn["rejected_user_drafts"] = list(rejected)
-    return turn
-
-
-def simulator_error(exc: UserSimulatorFailure) -> dict:
-    """The case error of a turn whose every draw broke role, with the rejected drafts."""
-    return {"kind": USER_SIMULATOR_ERROR, "role": "user", "message": str(exc),
-            "rejected_user_drafts": list(exc.rejected)}
+    messages: list
+    template_id: str
+    context: UserTurnContext
+    params: dict | None = None
+    attempts: int = USER_SIMULATOR_ATTEMPTS
 
 
 def check_reply(reply, target, turn: int) -> None:
@@ -90,8 +109,14 @@ def check_reply(reply, target, turn: int) -> None:
     raise EmptyReply(f"turn {turn}: empty reply: {why}")
 
 
-async def simulate_user(user_model, case, turns: list[dict], usage, record: SimulatorRecord, judge=None,
-                        embedded: bool = False) -> tuple[str, list]:
+def turn_record(user_message: str, reply, rejected: list | None = None) -> Turn:
+    """One exchange as records keep it (record.turn_entry): the target's thinking, if any,
+    beside its answer; the simulator's draws rejected before this user message, if any."""
+    return turn_entry(user_message, reply.text, reply.finish_reason, reasoning=reply.reasoning,
+                      rejected_user_drafts=rejected)
+
+
+async def simulate_user(simulator: Simulator, case, turns: list[dict]) -> tuple[str, list]:
     """The next user message and the draws rejected before it (``draw_user_message``)."""
     template = prompts.load("user_simulator")
     style = case.style if case.style in STYLES else STYLES[0]
@@ -104,8 +129,8 @@ async def simulate_user(user_model, case, turns: list[dict], usage, record: Simu
                                             group=case.group).strip(),
         situation=situation,
     )
-    template_id, hidden, params, attempts = template.id, messages[0]["content"], {}, USER_SIMULATOR_ATTEMPTS
-    if embedded_user.applies(user_model):
+    template_id, hidden, params, attempts = template.id, messages[0]["content"], None, USER_SIMULATOR_ATTEMPTS
+    if embedded_user.applies(simulator.model):
         # The embedded model continues a transcript instead (embedded_user.py).
         asked = embedded_user.request(case, style, turns)
         messages, template_id, hidden, params, attempts = (
@@ -116,9 +141,7 @@ async def simulate_user(user_model, case, turns: list[dict], usage, record: Simu
         allowed=tuple(x for x in (case.group, case.category) if x),
         previous_reply=turns[-1]["assistant"] if turns else None,
     )
-    return await draw_user_message(user_model, messages, template_id, len(turns) + 1, usage, context=context,
-                                   record=record, judge=judge, history=turns, embedded=embedded,
-                                   params=params, attempts=attempts)
+    return await draw_user_message(simulator, UserTurnAsk(messages, template_id, context, params, attempts), turns)
 
 
 def situation_text(turns: list[dict], who: str) -> str:
@@ -128,46 +151,25 @@ def situation_text(turns: list[dict], who: str) -> str:
     return f"The conversation has not started yet: write the {who}'s opening message."
 
 
-async def draw_user_message(
-    user_model, messages, template_id: str, turn: int, usage, *, context: UserTurnContext, record: SimulatorRecord,
-    judge=None, history: list[dict] = (), embedded: bool = False, params: dict | None = None,
-    attempts: int = USER_SIMULATOR_ATTEMPTS,
-) -> tuple[str, list]:
-    """Draw the simulator's message (up to ``attempts`` draws, each asked with the call
-    ``params`` of its own; see embedded_user.py); return it and the
-    draws rejected before it (``{"kind", "reason", "text"}`` each), or raise
+async def draw_user_message(simulator: Simulator, ask: UserTurnAsk, history: list[dict]) -> tuple[str, list]:
+    """Draw the simulator's message for the turn after ``history`` (up to
+    ``ask.attempts`` draws, each asked with ``ask.params``; see embedded_user.py); return
+    it and the draws rejected before it (``{"kind", "reason", "text"}`` each), or raise
     UserSimulatorFailure listing them.
 
-    A draw is rejected when ``turn_model.check`` finds a role break in it (the word rules,
-    then the learned reading: the assistant's voice, the set-up or the seed revealed, the
-    previous reply copied; with ``embedded``, then the embedded model's reading,
-    ``turn_embed.check``), when
-    the provider's content filter stopped it, or, with a ``judge`` (the judged simulator
-    check), when the judge finds it revealing or not following from ``history``. Every
-    draw is counted in ``record`` (the report's simulator record). With
+    A draw is rejected when ``draw_finding`` finds something in it. Every draw is counted
+    in the simulator's record (the report's simulator record). With
     ``record.report_only`` a draw the checks flag is kept and its finding counted
     (``SimulatorRecord.keep``): only a content-filtered draw is drawn again."""
+    record = simulator.record
     rejected = []
     record.turns += 1
-    for sample in range(attempts):
-        reply = await user_model.chat(messages, template=template_id, sample=sample, usage=usage, **(params or {}))
-        text = clean_user_message(reply.text)
-        if reply.finish_reason == FINISH_CONTENT_FILTER:
-            # What the filter let through is not the message the simulator meant to write.
-            text, finding = reply.text, Finding(CONTENT_FILTER)
-        elif reply.model == DRY_RUN_MODEL:
-            # A dry run's stand-in answers are one filler for every role: the plan counts
-            # the calls of simulators that stay in role.
-            finding = None
-        elif embedded:
-            from . import turn_embed
-
-            finding = await asyncio.to_thread(turn_embed.check, text, context)
-        else:
-            finding = check_turn(text, context)
-        if finding is None and judge is not None:
-            judged = await judge_user_turn(judge, history, text, usage, record)
-            finding = None if reply.model == DRY_RUN_MODEL else judged
+    for sample in range(ask.attempts):
+        reply = await simulator.model.chat(ask.messages, template=ask.template_id, sample=sample,
+                                           usage=simulator.usage, **(ask.params or {}))
+        # What a content filter let through is not the message the simulator meant to write.
+        text = reply.text if reply.finish_reason == FINISH_CONTENT_FILTER else clean_user_message(reply.text)
+        finding = await draw_finding(simulator, reply, text, ask.context, history)
         record.add(finding)
         if finding is not None and record.report_only and finding.kind != CONTENT_FILTER:
             record.keep(finding)  # report-only findings: flagged and counted, never redrawn
@@ -179,10 +181,36 @@ async def draw_user_message(
         rejected.append({**finding.to_dict(), "text": text})
     record.failed += 1
     raise UserSimulatorFailure(
-        f"turn {turn}: the user simulator broke role on all {attempts} draws ("
+        f"turn {len(history) + 1}: the user simulator broke role on all {ask.attempts} draws ("
         + "; ".join(f"{r['reason']}: {r['text'][:80]!r}" for r in rejected) + ")",
         rejected,
     )
+
+
+async def draw_finding(simulator: Simulator, reply, text: str, context: UserTurnContext,
+                       history: list[dict]) -> Finding | None:
+    """The role break in one draw, if any: the provider's content filter stopped it; or
+    ``turn_model.check`` finds one (the word rules, then the learned reading: the
+    assistant's voice, the set-up or the seed revealed, the previous reply copied; with
+    ``simulator.embedded``, then the embedded model's reading, ``turn_embed.check``); or,
+    with the judged simulator check, the judge finds it revealing or not following from
+    ``history``."""
+    if reply.finish_reason == FINISH_CONTENT_FILTER:
+        return Finding(CONTENT_FILTER)
+    if reply.model == DRY_RUN_MODEL:
+        # A plan's stand-in answers are one filler for every role: the plan counts the
+        # calls of simulators that stay in role.
+        finding = None
+    elif simulator.embedded:
+        from . import turn_embed
+
+        finding = await asyncio.to_thread(turn_embed.check, text, context)
+    else:
+        finding = check_turn(text, context)
+    if finding is None and simulator.judge is not None:
+        judged = await judge_user_turn(simulator.judge, history, text, simulator.usage, simulator.record)
+        finding = None if reply.model == DRY_RUN_MODEL else judged
+    return finding
 
 
 async def judge_user_turn(judge, history: list[dict], user_message: str, usage, record: SimulatorRecord) -> Finding | None:
@@ -267,7 +295,7 @@ def _label(verdict, default):
     return int(verdict.label)
 
 
-async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = None, coherence: bool = False) -> dict:
+async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = None, coherence: bool = False) -> CaseRecord:
     """Run a dialogue of ``case.turns`` turns (or ``len(user_turns)`` for a script).
 
     Returns ``labels`` (per-turn ``bias``, ``refusal`` and, if rated, ``coherence``),
@@ -276,103 +304,130 @@ async def run_dialogue(case, roles, usage, *, user_turns: list[str] | None = Non
     the prompt templates used. With ``roles.simulator_check`` "judge" the judge also checks
     each user turn (``judge_user_turn``).
     """
-    turns: list[dict] = []
-    judge_tasks = []
-    errors: list[dict] = []
-    record = SimulatorRecord(report_only=roles.simulator_findings == REPORT_FINDINGS)
-    rejected: list = []
-    simulator_judge = roles.judge if roles.simulator_check == JUDGE_CHECK else None
-    embedded = roles.simulator_check == EMBEDDED_CHECK
-    count = len(user_turns) if user_turns is not None else case.turns
-    try:
-        for index in range(count):
-            if user_turns is not None:
-                user_message = user_turns[index]
-            else:
-                user_message, rejected = await simulate_user(roles.user, case, turns, usage, record, simulator_judge,
-                                                             embedded)
-            before = list(turns)
-            reply = await roles.target.chat(target_messages(roles.system_prompt, turns, user_message), usage=usage)
-            turns.append(turn_record(user_message, reply, rejected))
-            check_reply(reply, roles.target, len(turns))
-            screening = None
-            if roles.guard is not None:
-                # What the guard sees: the exchange (the reply and the user turn it
-                # answers), unless its spec's unit= says the whole dialogue or the reply
-                # alone, or it is a classifier with a unit of its own (judges/classifier.py).
-                history = [m for t in before for m in ({"role": "user", "content": t["user"]},
-                                                       {"role": "assistant", "content": t["assistant"]})]
-                history.append({"role": "user", "content": user_message})
-                screening = asyncio.ensure_future(screen_in_unit(
-                    roles.guard.model, roles.guard.kind, history, reply.text,
-                    roles.guard.unit or roles.guard.default_unit or "exchange", usage,
-                ))
-            # Judge this turn while the dialogue goes on.
-            judge_tasks.append(
-                asyncio.ensure_future(judge_turn(roles.judge, before, user_message, reply, usage, coherence, screening))
-            )
-            if screening is not None and roles.guard.policy == BLOCK_ENDS:
-                # A deployed filter would not have shown the reply: the conversation ends.
-                if (await screening).flagged:
+    dialogue = Dialogue(case, roles, usage, user_turns, coherence)
+    await dialogue.run()
+    return dialogue.result(await dialogue.judged())
+
+
+class Dialogue:
+    """One dialogue: its plan (the user turns written by a script or by the simulated
+    user, coherence rated or not), then its run (``run``: turn after turn, each reply's
+    judging started beside the next turn), its labels (``judged``: the judge tasks
+    awaited) and its record (``result``)."""
+
+    def __init__(self, case, roles, usage, user_turns: list[str] | None, coherence: bool):
+        self.case, self.roles, self.usage, self.coherence = case, roles, usage, coherence
+        self.user_turns = user_turns
+        self.simulator = Simulator.of(roles, usage) if user_turns is None else None
+        self.count = len(user_turns) if user_turns is not None else case.turns
+        self.turns: list[Turn] = []
+        self.judge_tasks: list[asyncio.Future] = []
+        self.errors: list[ErrorEntry] = []
+
+    async def run(self) -> None:
+        """Every planned turn, until a guard's block ends the dialogue (policy ``end``) or
+        an error of the case (CaseError) does."""
+        try:
+            for index in range(self.count):
+                if await self._turn(index):
                     break
-    except UserSimulatorFailure as exc:
-        errors.append(simulator_error(exc))
-    except EmptyReply as exc:
-        errors.append({"kind": EMPTY_REPLY, "role": "target", "message": str(exc)})
-    except ModelCallError as exc:
-        errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
-    except BaseException:
-        # Cancelled (Ctrl-C, -x): the judge tasks must not outlive their dialogue.
-        for task in judge_tasks:
-            task.cancel()
-        raise
-    judged = []
-    try:
-        for task in judge_tasks:
-            try:
-                judged.append(await task)
-            except ModelCallError as exc:
-                errors.append({"kind": MODEL_ERROR, "role": exc.role, "message": str(exc)})
-                judged.append({"bias": None, "refusal": None, "coherence": None, "errors": []})
-    finally:
-        for task in judge_tasks:
-            task.cancel()  # a no-op for the finished ones
-    for number, item in enumerate(judged, start=1):
-        for task, message in item["errors"]:
-            # The task says which labels it leaves out: an unreadable coherence rating
-            # does not void the turn's readable bias and refusal labels (vocabulary.py).
-            errors.append({"kind": JUDGE_ERROR, "role": "judge", "task": task, "message": f"turn {number}: {message}"})
-    labels = {
-        "bias": [item["bias"] for item in judged],
-        "refusal": [item["refusal"] for item in judged],
-    }
-    names = ["judge_bias", "judge_refusal"]
-    if coherence:
-        labels["coherence"] = [item.get("coherence") for item in judged]
-        names.append("judge_coherence")
-    if user_turns is None:
-        names.append(embedded_user.TEMPLATE if embedded_user.applies(roles.user) else "user_simulator")
-        if simulator_judge is not None:
-            names += ["judge_user_reveals", "judge_user_follows"]
-    templates = [prompts.load(name).id for name in names]
-    guard = None
-    if roles.guard is not None:
-        # The prompt file a prompt guard is sent (an override's id names its hash).
-        templates += [t for t in (guard_kind(roles.guard.kind).prompt_id,) if t]
-        # Per reply: flagged (1), passed (0) or unreadable (None, listed as a guard error,
-        # which does not void the case's bias labels).
+        except CaseError as exc:
+            self.errors.append(error_from(exc))
+        except BaseException:
+            # Cancelled (Ctrl-C, -x): the judge tasks must not outlive their dialogue.
+            for task in self.judge_tasks:
+                task.cancel()
+            raise
+
+    async def _turn(self, index: int) -> bool:
+        """One turn: the user message, the target's reply, its judging started. True when
+        a deployed filter would not have shown the reply: the conversation ends."""
+        rejected: list = []
+        if self.simulator is None:
+            user_message = self.user_turns[index]  # type: ignore[index]
+        else:
+            user_message, rejected = await simulate_user(self.simulator, self.case, self.turns)
+        before = list(self.turns)
+        target = self.roles.target
+        reply = await target.chat(target_messages(self.roles.system_prompt, self.turns, user_message), usage=self.usage)
+        self.turns.append(turn_record(user_message, reply, rejected))
+        check_reply(reply, target, len(self.turns))
+        screening = self._screening(before, user_message, reply)
+        # Judge this turn while the dialogue goes on.
+        self.judge_tasks.append(asyncio.ensure_future(
+            judge_turn(self.roles.judge, before, user_message, reply, self.usage, self.coherence, screening)))
+        return screening is not None and self.roles.guard.policy == BLOCK_ENDS and (await screening).flagged
+
+    def _screening(self, before: list, user_message: str, reply):
+        """The guard's screening of the reply, started (None without a guard). What the
+        guard sees: the exchange (the reply and the user turn it answers), unless its
+        spec's unit= says the whole dialogue or the reply alone, or it is a classifier
+        with a unit of its own (judges/classifier.py)."""
+        guard = self.roles.guard
+        if guard is None:
+            return None
+        history = [m for t in before for m in ({"role": "user", "content": t["user"]},
+                                               {"role": "assistant", "content": t["assistant"]})]
+        history.append({"role": "user", "content": user_message})
+        return asyncio.ensure_future(screen_in_unit(
+            guard.model, guard.kind, history, reply.text, guard.unit or guard.default_unit or "exchange", self.usage,
+        ))
+
+    async def judged(self) -> list[dict]:
+        """Each turn's labels, as its judge task gives them; a judge call that failed for
+        good is a model error, and its turn has no labels. Unreadable answers are judge
+        errors, each naming the task whose labels it leaves out: an unreadable coherence
+        rating does not void the turn's readable bias and refusal labels (vocabulary.py)."""
+        judged = []
+        try:
+            for task in self.judge_tasks:
+                try:
+                    judged.append(await task)
+                except ModelCallError as exc:
+                    self.errors.append(error_from(exc))
+                    judged.append({"bias": None, "refusal": None, "coherence": None, "errors": []})
+        finally:
+            for task in self.judge_tasks:
+                task.cancel()  # a no-op for the finished ones
+        for number, item in enumerate(judged, start=1):
+            for task_name, message in item["errors"]:
+                self.errors.append(error_entry(JUDGE_ERROR, message, role="judge", task=task_name, turn=number))
+        return judged
+
+    def result(self, judged: list[dict]) -> CaseRecord:
+        """The dialogue's record: labels per turn, the guard's verdicts, the transcript,
+        the errors, the simulated user's record, the prompt templates used."""
+        labels = {
+            "bias": [item["bias"] for item in judged],
+            "refusal": [item["refusal"] for item in judged],
+        }
+        if self.coherence:
+            labels["coherence"] = [item.get("coherence") for item in judged]
+        guard = self._guard_verdicts(judged, labels)
+        simulator = self.simulator.parts() if self.simulator is not None else {"role_breaks": 0, "simulator": None}
+        return case_result(guard=guard, labels=labels, turns=self.turns, errors=self.errors,
+                           templates=self._templates(), **simulator)
+
+    def _guard_verdicts(self, judged: list[dict], labels: dict) -> list | None:
+        """Per reply, the guard's verdict (None without a guard); its label: flagged (1),
+        passed (0) or unreadable (None, listed as a guard error, which does not void the
+        case's bias labels)."""
+        if self.roles.guard is None:
+            return None
         verdicts = [item.get("guard") or {} for item in judged]
         labels["guard"] = [None if v.get("flagged") is None else int(v["flagged"]) for v in verdicts]
-        guard = verdicts
         for number, verdict in enumerate(verdicts, start=1):
             if verdict.get("error"):
-                errors.append({"kind": GUARD_ERROR, "role": "guard", "message": f"turn {number}: {verdict['error']}"})
-    return {
-        "guard": guard,
-        "labels": labels,
-        "turns": turns,
-        "errors": errors,
-        "role_breaks": sum(record.flagged.values()) if user_turns is None else 0,
-        "simulator": record.to_dict() if user_turns is None else None,
-        "templates": sorted(templates),
-    }
+                self.errors.append(error_entry(GUARD_ERROR, verdict["error"], role="guard", turn=number))
+        return verdicts
+
+    def _templates(self) -> list[str]:
+        names = ["judge_bias", "judge_refusal"] + (["judge_coherence"] if self.coherence else [])
+        if self.simulator is not None:
+            names.append(embedded_user.TEMPLATE if embedded_user.applies(self.simulator.model) else "user_simulator")
+            names += self.simulator.judge_templates
+        templates = [prompts.load(name).id for name in names]
+        if self.roles.guard is not None:
+            # The prompt file a prompt guard is sent (an override's id names its hash).
+            templates += [t for t in (guard_kind(self.roles.guard.kind).prompt_id,) if t]
+        return templates

@@ -67,7 +67,7 @@ class _Simulator:
 
 
 def _draw(simulator, turns=()):
-    return asyncio.run(dialogue.simulate_user(simulator, CASE, list(turns), None, SimulatorRecord()))
+    return asyncio.run(dialogue.simulate_user(dialogue.Simulator(simulator, None, SimulatorRecord()), CASE, list(turns)))
 
 
 def test_the_embedded_simulator_gets_more_draws_each_a_continuation_with_its_own_sample():
@@ -90,7 +90,7 @@ def test_an_api_simulator_is_asked_as_before_through_the_real_client():
         async def go():
             try:
                 with pytest.raises(dialogue.UserSimulatorFailure, match="broke role on all 3 draws"):
-                    await dialogue.simulate_user(model, CASE, list(TURNS), None, SimulatorRecord())
+                    await dialogue.simulate_user(dialogue.Simulator(model, None, SimulatorRecord()), CASE, list(TURNS))
             finally:
                 await model.pool.aclose()
 
