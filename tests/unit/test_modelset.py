@@ -152,7 +152,7 @@ def test_models_are_built_once_per_role_with_their_option_and_defaults(keys):
         assert (roles.user.option, str(roles.user.spec)) == ("--user-model", "openai:j")
         assert (roles.guard.kind, roles.guard.policy, roles.guard.model.role) == ("llama-guard-3", "end", "guard")
         assert roles.system_prompt == "Be brief." and roles.extra_judges == []
-        assert len({id(model.settings) for model in (roles.target, roles.judge, roles.user)}) == 1  # one pool
+        assert len({id(model.pool) for model in (roles.target, roles.judge, roles.user)}) == 1  # one pool
         assert models.pool.cache is None  # --socialbias-record=off: no cache
     finally:
         models.close()
@@ -206,10 +206,10 @@ def test_the_pool_records_into_the_cache_folder_unless_recording_is_off(keys, tm
         models.close()
 
 
-def test_a_run_id_comes_from_the_process_role():
-    class Role:
+def test_a_run_id_comes_from_the_process_part():
+    class Part:
         def run_id(self):
             return "the-controllers-run"
 
-    assert ModelSet(Settings(dry_run=True), role=Role()).run_id == "the-controllers-run"
+    assert ModelSet(Settings(dry_run=True), part=Part()).run_id == "the-controllers-run"
     assert len(ModelSet(Settings(dry_run=True)).run_id) == 32  # a single process makes its own

@@ -17,8 +17,9 @@ from pytest_socialbias.cases import Case
 from pytest_socialbias.errors import ModelCallError
 from pytest_socialbias.models import UsageCounter
 from pytest_socialbias.models.client import CallPool
+from pytest_socialbias.models.planner import Planner
+from pytest_socialbias.process import SingleProcess, XdistWorker
 from pytest_socialbias.protocols import PROTOCOLS, Protocol, Roles
-from pytest_socialbias.roles import SingleProcess, Worker
 from pytest_socialbias.runner import LoopRunner
 from pytest_socialbias.vocabulary import GUARD_ERROR, INTERNAL_ERROR, JUDGE_ERROR, MODEL_ERROR
 from pytest_socialbias.worker import CaseRunner, run_case
@@ -159,9 +160,9 @@ class Models:
     """The part of modelset.ModelSet a CaseRunner uses."""
 
     def __init__(self, role, run_roles=None):
-        self.role = role
+        self.part = role
         self.runner = LoopRunner()
-        self.pool = SimpleNamespace(totals=UsageCounter(), dry_run=False)
+        self.pool = SimpleNamespace(totals=UsageCounter(), planner=None)
         self.placeholders: set = set()
         self._roles = run_roles or roles()
 
@@ -206,7 +207,7 @@ def runner_with_batches(models_obj) -> tuple[CaseRunner, dict]:
 
 
 def test_the_first_case_asked_for_starts_its_whole_batch_and_a_worker_no_other(probe, models):
-    m = models(Worker({"workerid": "gw0"}))
+    m = models(XdistWorker({"workerid": "gw0"}))
     runner, cases = runner_with_batches(m)
     record = runner.record_for(cases["a-2"])
     settle(m)
@@ -220,7 +221,7 @@ def test_the_first_case_asked_for_starts_its_whole_batch_and_a_worker_no_other(p
 
 def test_a_worker_also_starts_the_batches_xdist_queued_for_it(probe, models):
     queued = []
-    m = models(Worker({"workerid": "gw0"}, queued=lambda: queued))
+    m = models(XdistWorker({"workerid": "gw0"}, queued=lambda: queued))
     runner, cases = runner_with_batches(m)
     queued.append(cases["b-1"])
     runner.record_for(cases["a-1"])
@@ -237,7 +238,7 @@ def test_a_single_process_starts_every_batch_at_once(probe, models):
 
 
 def test_a_case_cancelled_by_stop_while_still_wanted_runs_again(probe, models):
-    m = models(Worker({"workerid": "gw0"}))
+    m = models(XdistWorker({"workerid": "gw0"}))
     runner = CaseRunner(m)
     only = case("a-1")
     runner.add(only, "demo.yaml::batch-0")
@@ -264,7 +265,7 @@ def test_a_case_cancelled_by_stop_while_still_wanted_runs_again(probe, models):
 
 
 def test_a_long_wait_draws_a_progress_line_and_clears_it(probe, models):
-    m = models(Worker({"workerid": "gw0"}))
+    m = models(XdistWorker({"workerid": "gw0"}))
     runner, cases = runner_with_batches(m)
     lines = []
     runner.progress = lines.append
@@ -294,8 +295,10 @@ def test_the_dry_run_plan_counts_calls_per_role_and_the_problems_but_a_guards(pr
     probe.run = planned
     m = models(SingleProcess())
     runner, cases = runner_with_batches(m)
+    with pytest.raises(RuntimeError, match="planner"):  # a dry run's pool plans (ModelSet gives it a planner)
+        runner.dry_run_plan([cases["a-1"]])
+    m.pool.planner = Planner()
     plan = runner.dry_run_plan([cases["a-1"], cases["a-2"], cases["b-1"]])
-    assert m.pool.dry_run is True  # nothing is called: the pool answers at once
     assert plan["cases"] == 3 and plan["missing"] == []
     assert (plan["usage"]["target"]["calls"], plan["usage"]["judge"]["calls"]) == (6, 3)
     assert plan["problems"] == [JUDGE_ERROR]  # a guard's unreadable stand-in answer is no problem of the plan
@@ -303,10 +306,10 @@ def test_the_dry_run_plan_counts_calls_per_role_and_the_problems_but_a_guards(pr
 
 def test_planned_calls_count_on_twins_that_leave_the_runs_models_untouched(probe, models):
     own_pool = object()
-    target = SimpleNamespace(settings=own_pool, _backend="built")
+    target = SimpleNamespace(pool=own_pool, _backend="built")
 
     async def calls_by_case(case, roles, usage):
-        assert roles.target is not target and roles.target.settings.dry_run  # a twin on a dry-run pool
+        assert roles.target is not target and roles.target.pool.planner is not None  # a twin on a planning pool
         for _ in range(3 if case.id == "a-1" else 1):
             usage.add("target", hit=False, response=None)
         return dict(CLEAN)
@@ -315,8 +318,8 @@ def test_planned_calls_count_on_twins_that_leave_the_runs_models_untouched(probe
     m = models(SingleProcess(), roles(target=target))
     runner, cases = runner_with_batches(m)
     assert runner.planned_calls([cases["a-1"], cases["b-2"]]) == {"demo::a-1": 3, "demo::b-2": 1}
-    assert (target.settings, target._backend) == (own_pool, "built")
-    assert isinstance(probe.seen_roles[0].target.settings, CallPool)
+    assert (target.pool, target._backend) == (own_pool, "built")
+    assert isinstance(probe.seen_roles[0].target.pool, CallPool)
 
 
 def test_a_case_keeps_its_place_in_the_run_as_its_calls_priority(probe, models):
