@@ -40,6 +40,8 @@ class FastPattern:
     def __init__(self, source: str, flags: int = 0):
         self.source, self.flags = source, flags
         self._caseless = bool(flags & re.IGNORECASE)
+        #: The ``Screen`` this pattern is one of, if any.
+        self.screen: Screen | None = None
 
     # Compiled on first use, not on import: a process that checks no simulated user (a
     # replay, --collect-only, a suite without one) compiles none of them, and the pattern
@@ -53,17 +55,52 @@ class FastPattern:
     def _quick(self) -> re.Pattern:
         if self._caseless:
             _check_case_free(self.source)
-        return re.compile(factor_boundaries(self.source), self.flags & ~re.IGNORECASE)
+        return re.compile(quick_source(self.source, self.flags), self.flags & ~re.IGNORECASE)
 
     def search(self, text: str) -> re.Match | None:
         if self._caseless:
             if not text.isascii():
                 return self.pattern.search(text)
-            found = self._quick.search(text.lower())
+            start = 0
+            if self.screen is not None:
+                # None of the screen's patterns matches before its place.
+                start = self.screen.place(text)
+                if start is None:
+                    return None
+            found = self._quick.search(text.lower(), start)
         else:
             found = self._quick.search(text)
         # The pattern as written matches at the same place: its match, not the lower-cased one.
         return None if found is None else self.pattern.search(text, found.start())
+
+
+class Screen:
+    """Case-insensitive ``FastPattern``s searched on the same texts, screened together: one
+    search of all their alternatives (``dispatch``) finds the first place any of them
+    matches in a text; a text where none does costs one search instead of one each, and
+    each pattern's own search starts at that place (none of them matches before it).
+    The place is kept for the last few texts searched (a turn's), not more."""
+
+    def __init__(self, *patterns: FastPattern):
+        flags = {p.flags for p in patterns}
+        if len(flags) != 1 or not patterns[0]._caseless or any(p.screen is not None for p in patterns):
+            raise ValueError("Screen: case-insensitive patterns with the same flags, each in one screen")
+        self.patterns, self.flags = patterns, flags.pop()
+        for pattern in patterns:
+            pattern.screen = self
+        self.place = functools.lru_cache(maxsize=8)(self._place)
+
+    @functools.cached_property
+    def _quick(self) -> re.Pattern:
+        for pattern in self.patterns:
+            _check_case_free(pattern.source)
+        alternatives = [a for p in self.patterns for a in top_level_alternatives(p.source)]
+        return re.compile(dispatch(alternatives), self.flags & ~re.IGNORECASE)
+
+    def _place(self, text: str) -> int | None:
+        """The first place in an ASCII text where one of the patterns matches, or None."""
+        found = self._quick.search(text.lower())
+        return None if found is None else found.start()
 
 
 def top_level_alternatives(source: str) -> list[str]:
@@ -131,3 +168,159 @@ def _check_case_free(source: str) -> None:
         if char.lower() != char or (not char.isascii() and char.upper() != char):
             raise ValueError(f"FastPattern: {char!r} at {i} of a case-insensitive pattern: write letters in lower case")
         i += 1
+
+
+_SPECIAL = frozenset("\\.^$*+?{}[]()|")
+_QUANTIFIERS = frozenset("*+?{")
+_WORD_CHAR = re.compile(r"\w")
+#: Most alternatives one alternative may be written out as (its leading groups distributed).
+_MOST_EXPANDED = 64
+
+
+def quick_source(source: str, flags: int = 0) -> str:
+    """A pattern that matches at exactly the places ``source`` matches (not necessarily
+    with the same text or groups), searched faster: its top-level alternatives, each
+    leading group written out as its alternatives, gathered by their first character
+    (``dispatch``). A pattern with a back-reference, a named group, a conditional or the
+    verbose flag gets ``factor_boundaries`` only."""
+    if flags & re.VERBOSE or re.search(r"\(\?P|\(\?\(|\\[1-9]", source):
+        return factor_boundaries(source)
+    return dispatch(top_level_alternatives(source))
+
+
+def dispatch(alternatives: list[str]) -> str:
+    """The alternation of ``alternatives`` (patterns without a top-level ``|``), matching
+    at the same places, with those that start with the same literal character written as
+    that character then their rests: ``\\bab|\\bac|d`` as ``a(?:(?<!\\wa)(?:b|c))|d``.
+
+    A place is tried once per first character instead of once per alternative. A leading
+    ``\\b`` or lookbehind is checked just after the first character, by a lookbehind that
+    takes that character in (``(?<!\\wa)``: the character before the ``a`` is no word
+    character); a leading group, optional or not, is written out first
+    (``\\b(?:x|y)z`` as ``\\bxz|\\byz``). An alternative that starts otherwise (``^``,
+    a class, a lookahead) is kept as it is. The alternation matches at a place when one of
+    its alternatives does, whatever their order, so the gathered pattern matches at the
+    same places (a different alternative may win there: ``FastPattern`` takes only the
+    place)."""
+    groups: dict[object, list] = {}
+    for alternative in (e for a in alternatives for e in _expand(a)):
+        head = _head(alternative)
+        if head is None:
+            groups.setdefault(("as is", alternative), []).append(alternative)
+        else:
+            groups.setdefault(head[1], []).append(head)
+    out = []
+    for key, members in groups.items():
+        if isinstance(key, tuple):
+            out.append(key[1])
+            continue
+        char = re.escape(key)
+        by_checks: dict[tuple[str, ...], list[str]] = {}
+        for checks, _, rest in members:
+            by_checks.setdefault(checks, []).append(rest)
+        parts = [_after(checks, key) + ("(?:" + "|".join(rests) + ")" if rests != [""] else "")
+                 for checks, rests in by_checks.items()]
+        out.append(char + ("(?:" + "|".join(parts) + ")" if parts != [""] else ""))
+    return "|".join(out)
+
+
+def _after(checks: tuple[str, ...], char: str) -> str:
+    """The leading assertions of an alternative (``\\b``, lookbehinds) as lookbehinds
+    checked after its first character ``char``."""
+    out = []
+    escaped = re.escape(char)
+    for check in checks:
+        if check == r"\b":
+            # A boundary before a word character: no word character before it; before any
+            # other: a word character before it.
+            out.append(("(?<!\\w" if _WORD_CHAR.match(char) else "(?<=\\w") + escaped + ")")
+        else:  # (?<=X) or (?<!X): X then the character, before the place after it
+            out.append(check[:4] + "(?:" + check[4:-1] + ")" + escaped + ")")
+    return "".join(out)
+
+
+def _head(alternative: str) -> tuple[tuple[str, ...], str, str] | None:
+    """(its leading assertions: ``\\b`` and lookbehinds, its first character, the rest) of
+    an alternative that starts with a literal character (not one a quantifier follows), or
+    None."""
+    checks = []
+    body = alternative
+    while True:
+        if body.startswith(r"\b"):
+            checks.append(r"\b")
+            body = body[2:]
+        elif body.startswith(("(?<=", "(?<!")):
+            end = _group_end(body)
+            checks.append(body[:end + 1])
+            body = body[end + 1:]
+        else:
+            break
+    if not body:
+        return None
+    if body[0] == "\\":
+        char, rest = body[1:2], body[2:]
+        if not char or char.isalnum() or char == "_":  # a class or an anchor (\s, \b), not a character
+            return None
+    elif body[0] in _SPECIAL:
+        return None
+    else:
+        char, rest = body[0], body[1:]
+    if rest[:1] in _QUANTIFIERS:
+        return None
+    return tuple(checks), char, rest
+
+
+def _expand(alternative: str) -> list[str]:
+    """Alternatives that together match where ``alternative`` does, its leading group
+    (after any ``\\b``), optional or not, written out: ``\\b(?:x|y)?z`` as ``\\bxz``,
+    ``\\byz``, ``\\bz``; the alternative itself when it starts otherwise, or would make
+    more than _MOST_EXPANDED."""
+    lead, body = (r"\b", alternative[2:]) if alternative.startswith(r"\b") else ("", alternative)
+    if body.startswith("(?:"):
+        opening = 3
+    elif body.startswith("(") and not body.startswith("(?"):
+        opening = 1
+    else:
+        return [alternative]
+    end = _group_end(body)
+    inner, tail = body[opening:end], body[end + 1:]
+    options = top_level_alternatives(inner)
+    if tail[:1] == "?" and tail[1:2] != "+":  # optional (greedy or lazy; not possessive)
+        tail = tail[2:] if tail[1:2] == "?" else tail[1:]
+        options.append("")
+    elif tail[:1] in _QUANTIFIERS:
+        return [alternative]
+    out: list[str] = []
+    for option in options:
+        out.extend(_expand(lead + option + tail))
+        if len(out) > _MOST_EXPANDED:
+            return [alternative]
+    return out
+
+
+def _group_end(source: str) -> int:
+    """The place of the ``)`` that closes the group ``source`` opens with."""
+    depth, i, in_class = 0, 0, False
+    while i < len(source):
+        char = source[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 1
+            if source[i:i + 1] == "^":
+                i += 1
+            if source[i:i + 1] == "]":
+                i += 1
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError(f"FastPattern: an unclosed group in {source!r}")

@@ -124,7 +124,6 @@ _ACTS = FastPattern(
 
 _YOU = re.compile(r"\byou(?:r|rs|'re|'ll|'ve|'d)?\b")
 _ME = re.compile(r"\b(?:i|my|me|i'm|i've|i'd|mine)\b")
-_FIRST_PERSON = re.compile(r"\b(?:i|my|me|i'm|i've)\b")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -159,7 +158,8 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
             out[f"cc:{a}+{b}"] = 1.0
     lowered = text.lower()
     you = len(_YOU.findall(lowered))
-    me = len(_ME.findall(lowered))
+    mine = _ME.findall(lowered)
+    me = len(mine)
     out["shape:you>me"] = float(you > me)
     out["shape:acts_for_you"] = float(bool(_ACTS.search(text)))
     for a, b in zip(tokens, tokens[1:]):
@@ -169,8 +169,11 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
     out["shape:question"] = float(stripped.endswith("?"))
     out["shape:sentences=" + _bucket(len(sentences), (2, 3, 5))] = 1.0
     out["shape:words=" + _bucket(len(tokens), (8, 16, 32, 64))] = 1.0
-    out["shape:list"] = float(uc.has_list(text))
-    out["shape:first_person"] = float(bool(_FIRST_PERSON.search(lowered)))
+    # Both asked of the rules already: the list is a sign of the answering register
+    # (``service_signs``, cached); a first-person word is one of _ME's words ("i'm" is
+    # found as "i"), not "mine".
+    out["shape:list"] = float("list" in uc._service_signs(text))
+    out["shape:first_person"] = float(any(word != "mine" for word in mine))
     if context.seed:
         ordered, chars = uc.seed_similarity(named, context.seed)
         out["seed:ordered"] = ordered

@@ -51,7 +51,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .fast_pattern import FastPattern
+from .fast_pattern import FastPattern, Screen
 
 EMPTY = "empty"
 ASSISTANT_VOICE = "assistant_voice"
@@ -313,6 +313,10 @@ _META = FastPattern(
     r"|\bthese instructions\b|\bmy instructions\b|\bas instructed\b|\bsafety audit\b|\bthe stereotype being measured\b",
     re.IGNORECASE,
 )
+# The long case-insensitive alternations a turn's rules search it with, screened together
+# (most turns match none of them: one search for all).
+_SCREEN = Screen(_ASSISTANT_VOICE, _SERVICE["strong"], _SERVICE["sign_off"], _SERVICE["your_people"], _META, _FRAME,
+                 _ASSERTION)
 
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been before being below
@@ -379,8 +383,13 @@ def _content_stem_set(text: str) -> frozenset[str]:
     return frozenset(_content_stems(text))
 
 
-def _lcs(a: list[str], b: list[str]) -> int:
+def _lcs(a: list[str] | tuple[str, ...], b: list[str] | tuple[str, ...]) -> int:
     """Length of the longest common subsequence of two token lists."""
+    # A token of one list that the other lacks is in no common subsequence: the programme
+    # runs over the tokens the two share only (a seed's five stems against a turn's thirty).
+    shared = set(a).intersection(b)
+    a = [x for x in a if x in shared]
+    b = [y for y in b if y in shared]
     if not a or not b:
         return 0
     previous = [0] * (len(b) + 1)
@@ -421,8 +430,40 @@ def _longest_run(a: list[str], b: list[str]) -> int:
     return best
 
 
-def _grams(tokens: list[str], n: int) -> list[tuple]:
-    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+def _run_in(mine: list[str] | tuple[str, ...], places: dict[str, tuple[int, ...]]) -> int:
+    """``_longest_run`` of ``mine`` and a text given by ``_places``: the same dynamic
+    programme, over the places of the other text that hold each of ``mine``'s words."""
+    best = 0
+    previous: dict[int, int] = {}
+    for word in mine:
+        current = {}
+        for j in places.get(word, ()):
+            run = previous.get(j - 1, 0) + 1
+            current[j] = run
+            if run > best:
+                best = run
+        previous = current
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def _places(text: str) -> dict[str, tuple[int, ...]]:
+    """Each word of a text -> the places it holds (a previous reply's, built once for every
+    turn checked against it)."""
+    where: dict[str, list[int]] = {}
+    for j, word in enumerate(_words(text)):
+        where.setdefault(word, []).append(j)
+    return {word: tuple(found) for word, found in where.items()}
+
+
+def _grams(tokens: list[str] | tuple[str, ...], n: int) -> list[tuple]:
+    return list(zip(*(tokens[k:] for k in range(n))))
+
+
+@functools.lru_cache(maxsize=256)
+def _gram_set(text: str, n: int) -> frozenset[tuple]:
+    """A text's word n-grams (a hidden prompt's or a previous reply's, built once)."""
+    return frozenset(_grams(_words(text), n))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -634,7 +675,12 @@ def _setup_leak(text: str, context: UserTurnContext) -> str | None:
         return "cues " + ", ".join(cues)
     if context.hidden:
         message = words(text)
+        mine = _grams(message, HIDDEN_RUN)
         for hidden in context.hidden:
+            # A run of HIDDEN_RUN words is one of the hidden text's HIDDEN_RUN-grams: the
+            # longest run is measured only where there is one.
+            if _gram_set(hidden, HIDDEN_RUN).isdisjoint(mine):
+                continue
             secret = list(_words(hidden))
             run = _longest_run(message, secret)
             if run >= HIDDEN_RUN:
@@ -668,7 +714,9 @@ def seed_similarity(text: str, seed: str) -> tuple[float, float]:
     stems = _content_stems(seed)
     ordered = _lcs(stems, _content_stems(text)) / len(stems) if stems else 0.0
     grams = _chars(seed)
-    chars = len(grams & _chars(text)) / len(grams) if grams else 0.0
+    # The seed's 4-grams found in the text's words (each one a 4-gram of the text's own).
+    flat = " ".join(_words(text))
+    chars = sum(1 for g in grams if g in flat) / len(grams) if grams else 0.0
     return ordered, chars
 
 
@@ -799,12 +847,12 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
 @functools.lru_cache(maxsize=256)
 def copy_share(text: str, reply: str) -> tuple[float, int]:
     """(share of the text's word trigrams found in the reply, longest run of shared words)."""
-    mine, theirs = words(text), words(reply)
+    mine, reply = _words(text or ""), reply or ""
     grams = _grams(mine, 3)
     if not grams:
         return 0.0, 0
-    found = set(_grams(theirs, 3))
-    return sum(1 for g in grams if g in found) / len(grams), _longest_run(mine, theirs)
+    found = _gram_set(reply, 3)
+    return sum(1 for g in grams if g in found) / len(grams), _run_in(mine, _places(reply))
 
 
 def _copy(text: str, reply: str | None) -> str | None:
