@@ -231,8 +231,16 @@ class TurnModel:
         weights = self.weights
         for name, value in feats.items():
             row = weights.get(name)
-            if row is not None:
-                w0, w1, w2, w3, w4 = row
+            if row is None:
+                continue
+            w0, w1, w2, w3, w4 = row
+            if value == 1.0:  # most features: w * 1.0 is w
+                s0 += w0
+                s1 += w1
+                s2 += w2
+                s3 += w3
+                s4 += w4
+            else:
                 s0 += w0 * value
                 s1 += w1 * value
                 s2 += w2 * value

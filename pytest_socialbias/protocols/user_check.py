@@ -184,12 +184,19 @@ def service_signs(text: str) -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _service_signs(text: str) -> tuple[str, ...]:
     # Asked for twice a turn: by the rules (service_register) and the learned reading.
-    return tuple(name for name, pattern in _SERVICE.items() if name != "strong" and pattern.search(text))
+    return tuple(name for name, pattern in _SERVICE.items()
+                 if name != "strong" and (name != "list" or _list_marks(text)) and pattern.search(text))
+
+
+def _list_marks(text: str) -> bool:
+    """Whether a text holds what a list needs ("1." or "1)", or three dashes): the list
+    pattern, tried at every place, is searched only then."""
+    return "1." in text or "1)" in text or text.count("-") >= 3
 
 
 def has_list(text: str) -> bool:
     """Whether a message holds a numbered or dashed list."""
-    return bool(_SERVICE["list"].search(text))
+    return _list_marks(text) and bool(_SERVICE["list"].search(text))
 
 
 def service_register(text: str) -> str | None:
@@ -810,7 +817,9 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
     # seed's words, what the claim is about.
     named = _content_stem_set(" ".join(context.allowed))
     group = named | set(seed_stems)
-    if not group:
+    # Every claim below needs a word of the group or the seed in the text.
+    mentions = _content_stem_set(text) & group
+    if not mentions:
         return None
     for sentence in re.split(r"(?<=[.!?;])\s+|,\s+(?=(?:and|but|so)\b)", text.strip()):
         lowered = _CLAIM_OPENERS.sub("", sentence.strip().lower().replace("’", "'"))
@@ -836,7 +845,6 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
             if after and set(content_stems(" ".join(after[:5]))) & group and _LOADED_TAIL.search(lowered):
                 return f"a loaded question about the group: {sentence.strip()!r}"
     lowered = text.lower().replace("’", "'")
-    mentions = _content_stem_set(text) & group
     if mentions and _ENDORSE.search(lowered) and not _DISPUTE.search(lowered):
         return f"endorses hearsay about the group: {_ENDORSE.search(lowered).group(0)[:60]!r}"
     if mentions and _NO_OTHER.search(lowered) and not _DISPUTE.search(lowered):
