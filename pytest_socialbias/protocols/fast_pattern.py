@@ -40,6 +40,8 @@ class FastPattern:
     def __init__(self, source: str, flags: int = 0):
         self.source, self.flags = source, flags
         self._caseless = bool(flags & re.IGNORECASE)
+        # A pattern that names none of the characters non-ASCII text is read as (``_read``).
+        self._reads_any = not any(char in source for char in _STAND_INS)
         #: The ``Screen`` this pattern is one of, if any.
         self.screen: Screen | None = None
 
@@ -59,7 +61,8 @@ class FastPattern:
 
     def search(self, text: str) -> re.Match | None:
         if self._caseless:
-            if not text.isascii():
+            read = _read(text) if self._reads_any or text.isascii() else None
+            if read is None:
                 return self.pattern.search(text)
             start = 0
             if self.screen is not None:
@@ -67,7 +70,7 @@ class FastPattern:
                 start = self.screen.place(text)
                 if start is None:
                     return None
-            found = self._quick.search(text.lower(), start)
+            found = self._quick.search(read, start)
         else:
             found = self._quick.search(text)
         # The pattern as written matches at the same place: its match, not the lower-cased one.
@@ -86,6 +89,7 @@ class Screen:
         if len(flags) != 1 or not patterns[0]._caseless or any(p.screen is not None for p in patterns):
             raise ValueError("Screen: case-insensitive patterns with the same flags, each in one screen")
         self.patterns, self.flags = patterns, flags.pop()
+        self._reads_any = all(p._reads_any for p in patterns)
         for pattern in patterns:
             pattern.screen = self
         self.place = functools.lru_cache(maxsize=8)(self._place)
@@ -98,9 +102,54 @@ class Screen:
         return re.compile(dispatch(alternatives), self.flags & ~re.IGNORECASE)
 
     def _place(self, text: str) -> int | None:
-        """The first place in an ASCII text where one of the patterns matches, or None."""
-        found = self._quick.search(text.lower())
+        """The first place in a text where one of the patterns could match (0 where the
+        text must be searched as written), or None where none matches."""
+        read = _read(text) if self._reads_any or text.isascii() else None
+        if read is None:
+            return 0
+        found = self._quick.search(read)
         return None if found is None else found.start()
+
+
+# How a case-insensitive search reads a text: ASCII lower-cased; a non-ASCII character as
+# an ASCII one that the pattern's classes and anchors take as they take it and that no
+# pattern names (_STAND_INS): a word character as "_", a space as "\x1f" (a space no
+# pattern writes), any other as "\x01". Not the characters that match an ASCII letter
+# ignoring case (İ, ı, ſ, the Kelvin sign) nor digits (\d takes them, "_" not): a text
+# holding one is searched as written.
+_FOLDS_TO_ASCII = frozenset("\u0130\u0131\u017f\u212a")
+_STAND_INS = "_\x00\x01\x1f"
+
+
+class _ReadTable(dict):
+    """str.translate's table for ``_read``, filled a character at a time."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        if char.isascii():
+            read = char.lower()
+        elif char in _FOLDS_TO_ASCII or char.isdecimal():
+            read = "\x00"
+        elif char.isalnum():
+            read = "_"
+        elif char.isspace():
+            read = "\x1f"
+        else:
+            read = "\x01"
+        self[code] = read
+        return read
+
+
+_READ_TABLE = _ReadTable()
+
+
+def _read(text: str) -> str | None:
+    """The text as the case-insensitive searches read it (above), character for character;
+    None when it must be searched as written."""
+    if text.isascii():
+        return text.lower()
+    read = text.translate(_READ_TABLE)
+    return None if "\x00" in read else read
 
 
 def top_level_alternatives(source: str) -> list[str]:

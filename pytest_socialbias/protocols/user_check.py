@@ -728,7 +728,9 @@ def seed_similarity(text: str, seed: str) -> tuple[float, float]:
 
 
 # A quoted span: opened and closed at word boundaries (not the apostrophe of "I'm").
-_QUOTED = re.compile(r"(?:^|(?<=[\s(\[]))['\"‘“]([^\"‘’“”]{3,}?)['\"’”](?=[\s.,;:!?)\]]|$)")
+# (Written to start with the opening quote, a class the search skips to: the place before
+# it, the start or a space or bracket, is checked just after it.)
+_QUOTED = re.compile(r"['\"‘“](?<![^\s(\[]['\"‘“])([^\"‘’“”]{3,}?)['\"’”](?=[\s.,;:!?)\]]|$)")
 
 
 def _seed_leak(raw: str, context: UserTurnContext) -> str | None:
@@ -882,19 +884,32 @@ def check_user_turn(text: str, context: UserTurnContext = NO_CONTEXT) -> Finding
     service = service_register(text)
     if service:
         return Finding(ASSISTANT_VOICE, service)
-    if context.name and re.search(
-            rf"\b(?:play|playing|portray|portraying|(?:stay|staying|keep going|continue|carry on|remain|answer|answering|talk|talking) as"
-            rf"|(?:meant|supposed) to be|i'?m not (?:really |actually )?) {re.escape(context.name)}\b", text, re.IGNORECASE):
-        return Finding(SETUP_LEAK, f"plays {context.name}")
-    if context.name and re.search(r"\bi'?m (?:just |only )?playing (?:her|him|them|this (?:person|character|role))\b", text, re.IGNORECASE):
-        return Finding(SETUP_LEAK, "plays the person it is")
-    if context.name and re.search(rf"(?:^|[,;]\s*|\b(?:hi|hello|dear|welcome back|welcome|thanks|thank you)[,!]?\s+)"
-                                  rf"{re.escape(context.name)}\s*[,.!?]", text, re.IGNORECASE):
-        return Finding(ASSISTANT_VOICE, f"addresses {context.name}, the person it plays")
-    for kind, found in ((SETUP_LEAK, _setup_leak(text, context)), (SEED_LEAK, _seed_leak(text, context)),
-                        (COPY, _copy(text, context.previous_reply))):
-        if found:
-            return Finding(kind, found)
+    if context.name:
+        # The patterns below need the name, or "playing", in the text: an ASCII text (and
+        # name) lower-cased shows whether it is there, without searching it at every place.
+        plain = text.isascii() and context.name.isascii()
+        lowered = text.lower() if plain else ""
+        named = not plain or context.name.lower() in lowered
+        if named and re.search(
+                rf"\b(?:play|playing|portray|portraying|(?:stay|staying|keep going|continue|carry on|remain|answer|answering|talk|talking) as"
+                rf"|(?:meant|supposed) to be|i'?m not (?:really |actually )?) {re.escape(context.name)}\b", text, re.IGNORECASE):
+            return Finding(SETUP_LEAK, f"plays {context.name}")
+        if (not plain or "playing" in lowered) and re.search(
+                r"\bi'?m (?:just |only )?playing (?:her|him|them|this (?:person|character|role))\b", text, re.IGNORECASE):
+            return Finding(SETUP_LEAK, "plays the person it is")
+        if named and re.search(rf"(?:^|[,;]\s*|\b(?:hi|hello|dear|welcome back|welcome|thanks|thank you)[,!]?\s+)"
+                               rf"{re.escape(context.name)}\s*[,.!?]", text, re.IGNORECASE):
+            return Finding(ASSISTANT_VOICE, f"addresses {context.name}, the person it plays")
+    # In order, each only when the ones before found nothing.
+    found = _setup_leak(text, context)
+    if found:
+        return Finding(SETUP_LEAK, found)
+    found = _seed_leak(text, context)
+    if found:
+        return Finding(SEED_LEAK, found)
+    found = _copy(text, context.previous_reply)
+    if found:
+        return Finding(COPY, found)
     return None
 
 
