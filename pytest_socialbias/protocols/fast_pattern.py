@@ -54,27 +54,66 @@ class FastPattern:
         return re.compile(self.source, self.flags)
 
     @functools.cached_property
-    def _quick(self) -> re.Pattern:
+    def _finder(self) -> _Finder:
         if self._caseless:
             _check_case_free(self.source)
-        return re.compile(quick_source(self.source, self.flags), self.flags & ~re.IGNORECASE)
+        return _Finder([self.source], self.flags)
 
     def search(self, text: str) -> re.Match | None:
         if self._caseless:
             read = _read(text) if self._reads_any or text.isascii() else None
             if read is None:
                 return self.pattern.search(text)
-            start = 0
+            start: int | None = 0
             if self.screen is not None:
                 # None of the screen's patterns matches before its place.
                 start = self.screen.place(text)
                 if start is None:
                     return None
-            found = self._quick.search(read, start)
+            first = self._finder.first(read, start)
         else:
-            found = self._quick.search(text)
-        # The pattern as written matches at the same place: its match, not the lower-cased one.
-        return None if found is None else self.pattern.search(text, found.start())
+            first = self._finder.first(text, 0)
+        # The pattern as written matches no earlier than the place found: its match, not
+        # the lower-cased one.
+        return None if first is None else self.pattern.search(text, first)
+
+
+class _Finder:
+    """The first place where some patterns could match in a text (``first``): every
+    place where one of them matches is found, or one before it.
+
+    Their top-level alternatives, each leading group written out, gathered by their first
+    character (``dispatch``); those anchored at the start (``^``) apart, tried at the
+    start only (a long alternation with one such alternative is tried at every place;
+    without, the engine skips to the places that hold one of the first characters), and,
+    where ``^`` also follows a line break (``re.MULTILINE``), searched as that line break.
+    A pattern with a back-reference, a named group, a conditional or the verbose flag is
+    searched with ``factor_boundaries`` only."""
+
+    def __init__(self, sources: list[str], flags: int):
+        searched, anchored = [], []
+        for source in sources:
+            if flags & re.VERBOSE or re.search(r"\(\?P|\(\?\(|\\[1-9]", source):
+                if len(sources) > 1:
+                    raise ValueError("FastPattern: a pattern with back-references is searched alone")
+                searched.append(factor_boundaries(source))
+                continue
+            for alternative in (e for a in top_level_alternatives(source) for e in _expand(a)):
+                if alternative.startswith("^"):
+                    anchored.append(alternative)
+                    if flags & re.MULTILINE:
+                        searched.append("\n" + alternative[1:])
+                else:
+                    searched.append(alternative)
+        flags &= ~re.IGNORECASE
+        self.searched = re.compile(dispatch(searched), flags) if searched else None
+        self.anchored = re.compile("|".join(anchored), flags) if anchored else None
+
+    def first(self, text: str, start: int) -> int | None:
+        if start == 0 and self.anchored is not None and self.anchored.match(text):
+            return 0
+        found = None if self.searched is None else self.searched.search(text, start)
+        return None if found is None else found.start()
 
 
 class Screen:
@@ -95,11 +134,10 @@ class Screen:
         self.place = functools.lru_cache(maxsize=8)(self._place)
 
     @functools.cached_property
-    def _quick(self) -> re.Pattern:
+    def _finder(self) -> _Finder:
         for pattern in self.patterns:
             _check_case_free(pattern.source)
-        alternatives = [a for p in self.patterns for a in top_level_alternatives(p.source)]
-        return re.compile(dispatch(alternatives), self.flags & ~re.IGNORECASE)
+        return _Finder([p.source for p in self.patterns], self.flags)
 
     def _place(self, text: str) -> int | None:
         """The first place in a text where one of the patterns could match (0 where the
@@ -107,8 +145,7 @@ class Screen:
         read = _read(text) if self._reads_any or text.isascii() else None
         if read is None:
             return 0
-        found = self._quick.search(read)
-        return None if found is None else found.start()
+        return self._finder.first(read, 0)
 
 
 # How a case-insensitive search reads a text: ASCII lower-cased; a non-ASCII character as
@@ -224,17 +261,6 @@ _QUANTIFIERS = frozenset("*+?{")
 _WORD_CHAR = re.compile(r"\w")
 #: Most alternatives one alternative may be written out as (its leading groups distributed).
 _MOST_EXPANDED = 64
-
-
-def quick_source(source: str, flags: int = 0) -> str:
-    """A pattern that matches at exactly the places ``source`` matches (not necessarily
-    with the same text or groups), searched faster: its top-level alternatives, each
-    leading group written out as its alternatives, gathered by their first character
-    (``dispatch``). A pattern with a back-reference, a named group, a conditional or the
-    verbose flag gets ``factor_boundaries`` only."""
-    if flags & re.VERBOSE or re.search(r"\(\?P|\(\?\(|\\[1-9]", source):
-        return factor_boundaries(source)
-    return dispatch(top_level_alternatives(source))
 
 
 def dispatch(alternatives: list[str]) -> str:
