@@ -531,7 +531,7 @@ def _term_pattern(term: str) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def _group_aliases(group: str, seed: str) -> re.Pattern | None:
+def _group_aliases(group: str, seed: str) -> _Aliases | None:
     """Every term of the lexicon's families that name ``group`` or the seed's subject (the
     words before its verb), as one pattern; None when no family names them."""
     subject = []
@@ -551,7 +551,37 @@ def _group_aliases(group: str, seed: str) -> re.Pattern | None:
     if not terms:
         return None
     ordered = sorted(terms, key=lambda t: (-len(t), t))
-    return re.compile("|".join(_term_pattern(t) for t in ordered if words(t)), re.IGNORECASE)
+    # Each term starts with \b: one \b before them all, the same alternatives in order.
+    return _Aliases(r"\b(?:" + "|".join(_term_pattern(t)[2:] for t in ordered if words(t)) + ")")
+
+
+class _Aliases:
+    """A group's terms as one pattern (lower case) and ``re.sub`` with it, ignoring case:
+    an ASCII text's matches are found in the text lower-cased (the same places and
+    lengths), not at every place letter by letter ignoring case."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern:
+        return re.compile(self.source, re.IGNORECASE)
+
+    @functools.cached_property
+    def _lower(self) -> re.Pattern:
+        return re.compile(self.source)
+
+    def sub(self, replacement: str, text: str) -> str:
+        if not text.isascii() or "\\" in replacement:
+            return self.pattern.sub(replacement, text)
+        pieces, end = [], 0
+        for found in self._lower.finditer(text.lower()):
+            pieces += (text[end:found.start()], replacement)
+            end = found.end()
+        if not pieces:
+            return text
+        pieces.append(text[end:])
+        return "".join(pieces)
 
 
 def name_the_group(text: str, context: "UserTurnContext") -> str:
