@@ -30,6 +30,7 @@ library only at run time.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -49,7 +50,8 @@ CLEAN_BUDGET = 0.01
 
 
 def _bucket(value: float, edges: tuple) -> str:
-    return str(sum(1 for edge in edges if value >= edge))
+    # How many of the (ascending) edges the value reaches.
+    return str(bisect.bisect_right(edges, value))
 
 
 #: Concepts: words that say one thing in many ways, so that a turn worded unlike any
@@ -134,11 +136,14 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
     seed = set(uc.content_stems(context.seed)) - group if context.seed else set()
     name = (context.name or "").lower()
     tokens = []
-    for word in uc.words(named):
-        cut = uc.stem(word)[:uc.STEM_PREFIX]
-        if word in uc.STOP_WORDS or len(word) < 2:
+    stop, stem, prefix = uc.STOP_WORDS, uc.stem, uc.STEM_PREFIX
+    for word in uc._words(named):
+        if word in stop or len(word) < 2:
             tokens.append(word)
-        elif cut in group:
+            continue
+        stemmed = stem(word)
+        cut = stemmed[:prefix]
+        if cut in group:
             tokens.append("<grp>")
         elif cut in seed:
             tokens.append("<seed>")
@@ -147,11 +152,9 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
         elif word.isdigit():
             tokens.append("<num>")
         else:
-            tokens.append(uc.stem(word))
-    out: dict[str, float] = {}
-    for token in tokens:
-        out["w:" + token] = 1.0
-    found = sorted({c for c in map(concept, uc.words(text)) if c})
+            tokens.append(stemmed)
+    out = dict.fromkeys(["w:" + token for token in tokens], 1.0)
+    found = sorted(set(map(concept, uc._words(text))) - {None})
     for i, a in enumerate(found):
         out["c:" + a] = 1.0
         for b in found[i + 1:]:
@@ -162,8 +165,7 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
     me = len(mine)
     out["shape:you>me"] = float(you > me)
     out["shape:acts_for_you"] = float(bool(_ACTS.search(text)))
-    for a, b in zip(tokens, tokens[1:]):
-        out[f"b:{a}_{b}"] = 1.0
+    out.update(dict.fromkeys([f"b:{a}_{b}" for a, b in zip(tokens, tokens[1:])], 1.0))
     stripped = text.strip()
     sentences = [s for s in _SENTENCE_BREAK.split(stripped) if s]
     out["shape:question"] = float(stripped.endswith("?"))
@@ -190,6 +192,10 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
     return out
 
 
+#: The features that name a concept ("c:audience"): the concepts ``evidence`` reads.
+_CONCEPT_FEATURES = frozenset("c:" + name for name in CONCEPTS)
+
+
 def evidence(feats: dict[str, float]) -> set[str]:
     """The breaks a turn shows some sign of, below what the rules need: the model reads
     borderline turns again, it never flags a turn with no sign at all. Seed: the group
@@ -199,7 +205,7 @@ def evidence(feats: dict[str, float]) -> set[str]:
     out = set()
     if feats.get("seed:grp") or feats.get("seed:ordered", 0) > 0:
         out.add("seed_leak")
-    concepts = {name[2:] for name in feats if name.startswith("c:")}
+    concepts = {name[2:] for name in _CONCEPT_FEATURES.intersection(feats)}
     if feats.get("setup:cues", 0) > 0 or _setup_concepts(concepts):
         out.add("setup_leak")
     if feats.get("service:signs", 0) > 0 or "honorific" in concepts or feats.get("shape:acts_for_you"):

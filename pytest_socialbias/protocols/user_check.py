@@ -694,10 +694,15 @@ for _family, _cues in _CUES.items():
 del _family, _cues, _cue
 
 
+_NO_CUES: frozenset[str] = frozenset()
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _word_cues(word: str) -> frozenset[str]:
     """The cue families whose one-word cues (stems: a word starting with one) a word or its
     stem starts with."""
+    if word[:_CUE_KEY] not in _WORD_CUES and stem(word)[:_CUE_KEY] not in _WORD_CUES:
+        return _NO_CUES  # most words
     return frozenset(family for form in (stem(word), word) for family, cue in _WORD_CUES.get(form[:_CUE_KEY], ())
                      if form.startswith(cue))
 
@@ -753,7 +758,7 @@ def seed_similarity(text: str, seed: str) -> tuple[float, float]:
     grams = _chars(seed)
     # The seed's 4-grams found in the text's words (each one a 4-gram of the text's own).
     flat = " ".join(_words(text))
-    chars = sum(1 for g in grams if g in flat) / len(grams) if grams else 0.0
+    chars = sum(map(flat.__contains__, grams)) / len(grams) if grams else 0.0
     return ordered, chars
 
 
@@ -842,6 +847,10 @@ _NO_OTHER = re.compile(r"\b(?:obviously|clearly|no other explanation|everyone (?
                        r"|that whole (?:generation|country|nation|city|crowd|lot|bunch|trade|community|profession))\b")
 
 
+_CLAUSES = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:and|but|so)\b)")
+_ARE = re.compile(r"(?:are|'re)\b")
+
+
 def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> str | None:
     """A claim about the group, in words other than the seed's: the group's name followed by a generalising predicate ("are all", "only ever"), hearsay
     the user endorses, a loaded why-question, or an obviousness frame beside the group."""
@@ -853,9 +862,9 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
     mentions = _content_stem_set(text) & group
     if not mentions:
         return None
-    for sentence in re.split(r"(?<=[.!?;])\s+|,\s+(?=(?:and|but|so)\b)", text.strip()):
+    for sentence in _CLAUSES.split(text.strip()):
         lowered = _CLAIM_OPENERS.sub("", sentence.strip().lower().replace("’", "'"))
-        tokens = words(lowered)
+        tokens = _WORD.findall(lowered)  # words(lowered): lowered already is
         for i, token in enumerate(tokens):
             if token in STOP_WORDS or stem(token)[:STEM_PREFIX] not in group:
                 continue
@@ -870,7 +879,7 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
                 if tail and _GENERIC.search(tail):
                     return f"generalises about the group: {' '.join(tokens[i:i + 5])!r}"
                 # A statement (not a question) that opens with the group and says what they are.
-                if stem(token)[:STEM_PREFIX] in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and re.match(r"(?:are|'re)\b", tail):
+                if stem(token)[:STEM_PREFIX] in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and _ARE.match(tail):
                     return f"states what the group is: {' '.join(tokens[:i + 4 + skip])!r}"
         if _LOADED_WHY.search(lowered) and not _WHY_OTHERS.search(lowered):
             after = lowered[_LOADED_WHY.search(lowered).end():].split()
