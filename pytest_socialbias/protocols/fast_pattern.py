@@ -61,15 +61,15 @@ class FastPattern:
 
     def search(self, text: str) -> re.Match | None:
         if self._caseless:
-            read = _read(text) if self._reads_any or text.isascii() else None
-            if read is None:
-                return self.pattern.search(text)
             start: int | None = 0
             if self.screen is not None:
                 # None of the screen's patterns matches before its place.
                 start = self.screen.place(text)
                 if start is None:
                     return None
+            read = _read(text) if self._reads_any or text.isascii() else None
+            if read is None:
+                return self.pattern.search(text)
             first = self._finder.first(read, start)
         else:
             first = self._finder.first(text, 0)

@@ -234,9 +234,7 @@ class TurnModel:
         # The five labels' sums written out (a loop over them was a third of the reading's
         # time); the same additions in the same order.
         s0 = s1 = s2 = s3 = s4 = 0.0
-        weights = self.weights
-        for name, value in feats.items():
-            row = weights.get(name)
+        for row, value in zip(map(self.weights.get, feats), feats.values()):
             if row is None:
                 continue
             w0, w1, w2, w3, w4 = row

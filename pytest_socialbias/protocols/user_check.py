@@ -464,7 +464,11 @@ def _places(text: str) -> dict[str, tuple[int, ...]]:
 
 
 def _grams(tokens: list[str] | tuple[str, ...], n: int) -> list[tuple]:
-    return list(zip(*(tokens[k:] for k in range(n))))
+    if n == 2:
+        return list(zip(tokens, tokens[1:]))
+    if n == 3:
+        return list(zip(tokens, tokens[1:], tokens[2:]))
+    return list(zip(*[tokens[k:] for k in range(n)]))
 
 
 @functools.lru_cache(maxsize=256)
