@@ -83,15 +83,23 @@ class _Finder:
     place where one of them matches is found, or one before it.
 
     Their top-level alternatives, each leading group written out, gathered by their first
-    character (``dispatch``); those anchored at the start (``^``) apart, tried at the
-    start only (a long alternation with one such alternative is tried at every place;
-    without, the engine skips to the places that hold one of the first characters), and,
-    where ``^`` also follows a line break (``re.MULTILINE``), searched as that line break.
+    character (``dispatch``). Where a regular-expression search tries a match depends on
+    how its pattern starts: a pattern whose every alternative starts with a character is
+    tried only where the text holds one of them (one place in five for a space or a
+    mark, four in five for the first letters of many words); any other is tried at every
+    place. So those are searched apart:
+
+    * those that start a word (``\\b``, a word character) as a character that is no word
+      character followed by them, in the text after a space: tried at word starts only;
+    * those anchored at the start (``^``) there only, and, where ``^`` also follows a
+      line break (``re.MULTILINE``), as that line break;
+    * the rest as they are.
+
     A pattern with a back-reference, a named group, a conditional or the verbose flag is
     searched with ``factor_boundaries`` only."""
 
     def __init__(self, sources: list[str], flags: int):
-        searched, anchored = [], []
+        words, searched, anchored = [], [], []
         for source in sources:
             if flags & re.VERBOSE or re.search(r"\(\?P|\(\?\(|\\[1-9]", source):
                 if len(sources) > 1:
@@ -99,21 +107,36 @@ class _Finder:
                 searched.append(factor_boundaries(source))
                 continue
             for alternative in (e for a in top_level_alternatives(source) for e in _expand(a)):
-                if alternative.startswith("^"):
+                head = _head(alternative)
+                if head and head[0] == (r"\b",) and _WORD_CHAR.match(head[1]) and "(?<" not in head[2]:
+                    # After a space put before the text, nothing it looks at changes.
+                    words.append(re.escape(head[1]) + head[2])
+                elif alternative.startswith("^"):
                     anchored.append(alternative)
                     if flags & re.MULTILINE:
                         searched.append("\n" + alternative[1:])
                 else:
                     searched.append(alternative)
         flags &= ~re.IGNORECASE
-        self.searched = re.compile(dispatch(searched), flags) if searched else None
+        self.words = re.compile(r"\W(?:" + dispatch(words, expand=False) + ")", flags) if words else None
+        self.searched = re.compile(dispatch(searched, expand=False), flags) if searched else None
         self.anchored = re.compile("|".join(anchored), flags) if anchored else None
 
     def first(self, text: str, start: int) -> int | None:
+        """The first place from ``start`` where one of the patterns could match, or None."""
         if start == 0 and self.anchored is not None and self.anchored.match(text):
             return 0
-        found = None if self.searched is None else self.searched.search(text, start)
-        return None if found is None else found.start()
+        places = []
+        if self.words is not None:
+            # In " " + text, the character before the word at ``place`` is at ``place``.
+            found = self.words.search(" " + text, start)
+            if found is not None:
+                places.append(found.start())
+        if self.searched is not None:
+            found = self.searched.search(text, start)
+            if found is not None:
+                places.append(found.start())
+        return min(places) if places else None
 
 
 class Screen:
@@ -263,22 +286,24 @@ _WORD_CHAR = re.compile(r"\w")
 _MOST_EXPANDED = 64
 
 
-def dispatch(alternatives: list[str]) -> str:
+def dispatch(alternatives: list[str], expand: bool = True) -> str:
     """The alternation of ``alternatives`` (patterns without a top-level ``|``), matching
     at the same places, with those that start with the same literal character written as
-    that character then their rests: ``\\bab|\\bac|d`` as ``a(?:(?<!\\wa)(?:b|c))|d``.
+    that character then the alternation of their rests, gathered the same way:
+    ``\\bab|\\bac|d`` as ``a(?:(?<!\\wa)(?:b|c))|d``, ``the x|this`` as
+    ``t(?:h(?:e(?: x)|is))``.
 
     A place is tried once per first character instead of once per alternative. A leading
     ``\\b`` or lookbehind is checked just after the first character, by a lookbehind that
     takes that character in (``(?<!\\wa)``: the character before the ``a`` is no word
-    character); a leading group, optional or not, is written out first
+    character); with ``expand``, a leading group, optional or not, is written out first
     (``\\b(?:x|y)z`` as ``\\bxz|\\byz``). An alternative that starts otherwise (``^``,
     a class, a lookahead) is kept as it is. The alternation matches at a place when one of
     its alternatives does, whatever their order, so the gathered pattern matches at the
     same places (a different alternative may win there: ``FastPattern`` takes only the
     place)."""
     groups: dict[object, list] = {}
-    for alternative in (e for a in alternatives for e in _expand(a)):
+    for alternative in (e for a in alternatives for e in (_expand(a) if expand else [a])):
         head = _head(alternative)
         if head is None:
             groups.setdefault(("as is", alternative), []).append(alternative)
@@ -293,9 +318,11 @@ def dispatch(alternatives: list[str]) -> str:
         by_checks: dict[tuple[str, ...], list[str]] = {}
         for checks, _, rest in members:
             by_checks.setdefault(checks, []).append(rest)
-        parts = [_after(checks, key) + ("(?:" + "|".join(rests) + ")" if rests != [""] else "")
-                 for checks, rests in by_checks.items()]
-        out.append(char + ("(?:" + "|".join(parts) + ")" if parts != [""] else ""))
+        parts = []
+        for checks, rests in by_checks.items():
+            inner = dispatch(rests, expand=False) if len(rests) > 1 else rests[0]
+            parts.append(_after(checks, key) + (f"(?:{inner})" if "|" in inner else inner))
+        out.append(char + (parts[0] if len(parts) == 1 else f"(?:{'|'.join(parts)})"))
     return "|".join(out)
 
 
