@@ -340,6 +340,8 @@ STOP_WORDS = frozenset(
 _IRREGULAR = {"women": "woman", "men": "man", "children": "child", "folks": "folk", "elderly": "old", "older": "old",
               "younger": "young", "better": "good", "best": "good", "worse": "bad", "worst": "bad"}
 _SUFFIXES = ("ingly", "edly", "ally", "ness", "ment", "ing", "ies", "ied", "ers", "est", "al", "ed", "er", "ly", "es", "s")
+_SUFFIX_SET = frozenset(_SUFFIXES)
+_SUFFIX_LENGTHS = tuple(sorted({len(s) for s in _SUFFIXES}, reverse=True))
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -353,10 +355,13 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 def stem(word: str) -> str:
     """A crude English stem: irregular forms mapped, one common suffix and a final e cut."""
     word = _IRREGULAR.get(word, word)
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
-            break
+    if word.endswith(_SUFFIXES):
+        # The first of _SUFFIXES (longest first) that leaves three letters: by length.
+        for length in _SUFFIX_LENGTHS:
+            suffix = word[-length:]
+            if suffix in _SUFFIX_SET and len(word) - length >= 3:
+                word = word[:-length] + ("y" if suffix in ("ies", "ied") else "")
+                break
     return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
