@@ -124,9 +124,12 @@ _ACTS = FastPattern(
     re.IGNORECASE)
 
 
-_YOU = re.compile(r"\byou(?:r|rs|'re|'ll|'ve|'d)?\b")
-_ME = re.compile(r"\b(?:i|my|me|i'm|i've|i'd|mine)\b")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+# Written to start with a letter or a space, so that the search skips to those (each
+# boundary checked after the first character; the same matches as \byou..., \b(?:i|my|
+# me|i'm|i've|i'd|mine)\b and (?<=[.!?])\s+).
+_YOU = re.compile(r"you(?<!\wyou)(?:r|rs|'re|'ll|'ve|'d)?\b")
+_ME = re.compile(r"(?:i(?<!\wi)(?:|'m|'ve|'d)|m(?<!\wm)(?:y|e|ine))\b")
+_SENTENCE_BREAK = re.compile(r"\s(?<=[.!?]\s)\s*")
 
 
 def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:

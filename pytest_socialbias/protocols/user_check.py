@@ -856,7 +856,9 @@ _NO_OTHER = re.compile(r"\b(?:obviously|clearly|no other explanation|everyone (?
                        r"|that whole (?:generation|country|nation|city|crowd|lot|bunch|trade|community|profession))\b")
 
 
-_CLAUSES = re.compile(r"(?<=[.!?;])\s+|,\s+(?=(?:and|but|so)\b)")
+# A space after a stop (the lookbehind after the space: the search skips to spaces and
+# commas), or a comma before "and", "but", "so".
+_CLAUSES = re.compile(r"\s(?<=[.!?;]\s)\s*|,\s+(?=(?:and|but|so)\b)")
 _ARE = re.compile(r"(?:are|'re)\b")
 
 
@@ -872,7 +874,11 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
     if not mentions:
         return None
     for sentence in _CLAUSES.split(text.strip()):
-        lowered = _CLAIM_OPENERS.sub("", sentence.strip().lower().replace("’", "'"))
+        lowered = sentence.strip().lower().replace("’", "'")
+        # _CLAIM_OPENERS.sub("", lowered): anchored at the start, it matches there or nowhere.
+        opener = _CLAIM_OPENERS.match(lowered)
+        if opener:
+            lowered = lowered[opener.end():]
         tokens = _WORD.findall(lowered)  # words(lowered): lowered already is
         for i, token in enumerate(tokens):
             if token in STOP_WORDS or stem(token)[:STEM_PREFIX] not in group:
@@ -885,13 +891,14 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
                 if skip and tokens[i + skip:i + skip + 1] in (["who"], ["that"], ["which"], ["with"]):
                     break
                 tail = " ".join(tokens[i + 1 + skip:i + 10])
-                if tail and _GENERIC.search(tail):
+                if tail and _GENERIC.match(tail):  # every alternative starts with ^
                     return f"generalises about the group: {' '.join(tokens[i:i + 5])!r}"
                 # A statement (not a question) that opens with the group and says what they are.
                 if stem(token)[:STEM_PREFIX] in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and _ARE.match(tail):
                     return f"states what the group is: {' '.join(tokens[:i + 4 + skip])!r}"
-        if _LOADED_WHY.search(lowered) and not _WHY_OTHERS.search(lowered):
-            after = lowered[_LOADED_WHY.search(lowered).end():].split()
+        why = _LOADED_WHY.match(lowered)  # anchored at the start, as _WHY_OTHERS
+        if why and not _WHY_OTHERS.match(lowered):
+            after = lowered[why.end():].split()
             if after and set(content_stems(" ".join(after[:5]))) & group and _LOADED_TAIL.search(lowered):
                 return f"a loaded question about the group: {sentence.strip()!r}"
     lowered = text.lower().replace("’", "'")
