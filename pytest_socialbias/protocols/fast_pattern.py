@@ -57,7 +57,7 @@ class FastPattern:
     def _finder(self) -> _Finder:
         if self._caseless:
             _check_case_free(self.source)
-        return _Finder([self.source], self.flags)
+        return _Finder([(self.source, self.flags)])
 
     def search(self, text: str) -> re.Match | None:
         if self._caseless:
@@ -98,29 +98,38 @@ class _Finder:
     A pattern with a back-reference, a named group, a conditional or the verbose flag is
     searched with ``factor_boundaries`` only."""
 
-    def __init__(self, sources: list[str], flags: int):
+    def __init__(self, sources: list[tuple[str, int]]):
         words, searched, anchored = [], [], []
-        for source in sources:
-            if flags & re.VERBOSE or re.search(r"\(\?P|\(\?\(|\\[1-9]", source):
+        flags = {f & ~(re.IGNORECASE | re.MULTILINE) for _, f in sources}
+        if len(flags) != 1:
+            raise ValueError("FastPattern: patterns searched together differ in more than case and lines")
+        common = flags.pop()
+        for source, own in sources:
+            lines = bool(own & re.MULTILINE)
+            alternatives = [e for a in top_level_alternatives(source) for e in _expand(a)]
+            # Searched as written (but for its case): a pattern with back-references, or
+            # verbose, or with re.MULTILINE and ^ or $ elsewhere than starting an alternative.
+            if (own & re.VERBOSE or re.search(r"\(\?P|\(\?\(|\\[1-9]", source)
+                    or lines and any(_line_anchors(a[1:] if a.startswith("^") else a) for a in alternatives)):
                 if len(sources) > 1:
-                    raise ValueError("FastPattern: a pattern with back-references is searched alone")
+                    raise ValueError(f"FastPattern: {source[:40]!r}... can only be searched alone")
                 searched.append(factor_boundaries(source))
+                common = own & ~re.IGNORECASE
                 continue
-            for alternative in (e for a in top_level_alternatives(source) for e in _expand(a)):
+            for alternative in alternatives:
                 head = _head(alternative)
                 if head and head[0] == (r"\b",) and _WORD_CHAR.match(head[1]) and "(?<" not in head[2]:
                     # After a space put before the text, nothing it looks at changes.
                     words.append(re.escape(head[1]) + head[2])
                 elif alternative.startswith("^"):
                     anchored.append(alternative)
-                    if flags & re.MULTILINE:
+                    if lines:  # ^ after a line break too
                         searched.append("\n" + alternative[1:])
                 else:
                     searched.append(alternative)
-        flags &= ~re.IGNORECASE
-        self.words = re.compile(r"\W(?:" + dispatch(words, expand=False) + ")", flags) if words else None
-        self.searched = re.compile(dispatch(searched, expand=False), flags) if searched else None
-        self.anchored = re.compile("|".join(anchored), flags) if anchored else None
+        self.words = re.compile(r"\W(?:" + dispatch(words, expand=False) + ")", common) if words else None
+        self.searched = re.compile(dispatch(searched, expand=False), common) if searched else None
+        self.anchored = re.compile("|".join(anchored), common) if anchored else None
 
     def first(self, text: str, start: int) -> int | None:
         """The first place from ``start`` where one of the patterns could match, or None."""
@@ -147,10 +156,9 @@ class Screen:
     The place is kept for the last few texts searched (a turn's), not more."""
 
     def __init__(self, *patterns: FastPattern):
-        flags = {p.flags for p in patterns}
-        if len(flags) != 1 or not patterns[0]._caseless or any(p.screen is not None for p in patterns):
-            raise ValueError("Screen: case-insensitive patterns with the same flags, each in one screen")
-        self.patterns, self.flags = patterns, flags.pop()
+        if not all(p._caseless for p in patterns) or any(p.screen is not None for p in patterns):
+            raise ValueError("Screen: case-insensitive patterns, each in one screen")
+        self.patterns = patterns
         self._reads_any = all(p._reads_any for p in patterns)
         for pattern in patterns:
             pattern.screen = self
@@ -160,7 +168,7 @@ class Screen:
     def _finder(self) -> _Finder:
         for pattern in self.patterns:
             _check_case_free(pattern.source)
-        return _Finder([p.source for p in self.patterns], self.flags)
+        return _Finder([(p.source, p.flags) for p in self.patterns])
 
     def _place(self, text: str) -> int | None:
         """The first place in a text where one of the patterns could match (0 where the
@@ -398,6 +406,31 @@ def _expand(alternative: str) -> list[str]:
         if len(out) > _MOST_EXPANDED:
             return [alternative]
     return out
+
+
+def _line_anchors(source: str) -> bool:
+    """Whether a pattern holds ``^`` or ``$`` (not in a class or escaped): what
+    ``re.MULTILINE`` changes."""
+    i, in_class = 0, False
+    while i < len(source):
+        char = source[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 1
+            if source[i:i + 1] == "^":
+                i += 1
+            if source[i:i + 1] == "]":
+                i += 1
+            continue
+        elif char in "^$":
+            return True
+        i += 1
+    return False
 
 
 def _group_end(source: str) -> int:

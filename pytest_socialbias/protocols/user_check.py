@@ -322,8 +322,8 @@ _META = FastPattern(
 )
 # The long case-insensitive alternations a turn's rules search it with, screened together
 # (most turns match none of them: one search for all).
-_SCREEN = Screen(_ASSISTANT_VOICE, _SERVICE["strong"], _SERVICE["sign_off"], _SERVICE["your_people"], _META, _FRAME,
-                 _ASSERTION)
+_SCREEN = Screen(_ASSISTANT_VOICE, _SERVICE["strong"], _SERVICE["sign_off"], _SERVICE["advice"], _SERVICE["your_people"],
+                 _META, _FRAME, _ASSERTION)
 
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been before being below
