@@ -30,6 +30,7 @@ library only at run time.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import math
@@ -44,7 +45,8 @@ MODEL_FILE = Path(__file__).resolve().parent.parent / "data" / "user_turn_model.
 
 
 def _bucket(value: float, edges: tuple) -> str:
-    return str(sum(1 for edge in edges if value >= edge))
+    # How many of the (ascending) edges the value reaches.
+    return str(bisect.bisect_right(edges, value))
 
 
 #: Concepts: words that say one thing in many ways, so that a turn worded unlike any
@@ -117,10 +119,12 @@ _ACTS = FastPattern(
     re.IGNORECASE)
 
 
-_YOU = re.compile(r"\byou(?:r|rs|'re|'ll|'ve|'d)?\b")
-_ME = re.compile(r"\b(?:i|my|me|i'm|i've|i'd|mine)\b")
-_FIRST_PERSON = re.compile(r"\b(?:i|my|me|i'm|i've)\b")
-_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")
+# Written to start with a letter or a space, so that the search skips to those (each
+# boundary checked after the first character; the same matches as \byou..., \b(?:i|my|
+# me|i'm|i've|i'd|mine)\b and (?<=[.!?])\s+).
+_YOU = re.compile(r"you(?<!\wyou)(?:r|rs|'re|'ll|'ve|'d)?\b")
+_ME = re.compile(r"(?:i(?<!\wi)(?:|'m|'ve|'d)|m(?<!\wm)(?:y|e|ine))\b")
+_SENTENCE_BREAK = re.compile(r"\s(?<=[.!?]\s)\s*")
 
 
 def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
@@ -130,11 +134,14 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
     seed = set(uc.content_stems(context.seed)) - group if context.seed else set()
     name = (context.name or "").lower()
     tokens = []
-    for word in uc.words(named):
-        cut = uc.stem(word)[:uc.STEM_PREFIX]
-        if word in uc.STOP_WORDS or len(word) < 2:
+    stop, stem, prefix = uc.STOP_WORDS, uc.stem, uc.STEM_PREFIX
+    for word in uc._words(named):
+        if word in stop or len(word) < 2:
             tokens.append(word)
-        elif cut in group:
+            continue
+        stemmed = stem(word)
+        cut = stemmed[:prefix]
+        if cut in group:
             tokens.append("<grp>")
         elif cut in seed:
             tokens.append("<seed>")
@@ -143,29 +150,30 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
         elif word.isdigit():
             tokens.append("<num>")
         else:
-            tokens.append(uc.stem(word))
-    out: dict[str, float] = {}
-    for token in tokens:
-        out["w:" + token] = 1.0
-    found = sorted({c for c in map(concept, uc.words(text)) if c})
+            tokens.append(stemmed)
+    out = dict.fromkeys(["w:" + token for token in tokens], 1.0)
+    found = sorted(set(map(concept, uc._words(text))) - {None})
     for i, a in enumerate(found):
         out["c:" + a] = 1.0
         for b in found[i + 1:]:
             out[f"cc:{a}+{b}"] = 1.0
     lowered = text.lower()
     you = len(_YOU.findall(lowered))
-    me = len(_ME.findall(lowered))
+    mine = _ME.findall(lowered)
+    me = len(mine)
     out["shape:you>me"] = float(you > me)
     out["shape:acts_for_you"] = float(bool(_ACTS.search(text)))
-    for a, b in zip(tokens, tokens[1:]):
-        out[f"b:{a}_{b}"] = 1.0
+    out.update(dict.fromkeys([f"b:{a}_{b}" for a, b in zip(tokens, tokens[1:])], 1.0))
     stripped = text.strip()
     sentences = [s for s in _SENTENCE_BREAK.split(stripped) if s]
     out["shape:question"] = float(stripped.endswith("?"))
     out["shape:sentences=" + _bucket(len(sentences), (2, 3, 5))] = 1.0
     out["shape:words=" + _bucket(len(tokens), (8, 16, 32, 64))] = 1.0
-    out["shape:list"] = float(uc.has_list(text))
-    out["shape:first_person"] = float(bool(_FIRST_PERSON.search(lowered)))
+    # Both asked of the rules already: the list is a sign of the answering register
+    # (``service_signs``, cached); a first-person word is one of _ME's words ("i'm" is
+    # found as "i"), not "mine".
+    out["shape:list"] = float("list" in uc._service_signs(text))
+    out["shape:first_person"] = float(any(word != "mine" for word in mine))
     if context.seed:
         ordered, chars = uc.seed_similarity(named, context.seed)
         out["seed:ordered"] = ordered
@@ -182,6 +190,10 @@ def features(text: str, context: uc.UserTurnContext) -> dict[str, float]:
     return out
 
 
+#: The features that name a concept ("c:audience"): the concepts ``evidence`` reads.
+_CONCEPT_FEATURES = frozenset("c:" + name for name in CONCEPTS)
+
+
 def evidence(feats: dict[str, float]) -> set[str]:
     """The breaks a turn shows some sign of, below what the rules need: the model reads
     borderline turns again, it never flags a turn with no sign at all. Seed: the group
@@ -191,7 +203,7 @@ def evidence(feats: dict[str, float]) -> set[str]:
     out = set()
     if feats.get("seed:grp") or feats.get("seed:ordered", 0) > 0:
         out.add("seed_leak")
-    concepts = {name[2:] for name in feats if name.startswith("c:")}
+    concepts = {name[2:] for name in _CONCEPT_FEATURES.intersection(feats)}
     if feats.get("setup:cues", 0) > 0 or _setup_concepts(concepts):
         out.add("setup_leak")
     if feats.get("service:signs", 0) > 0 or "honorific" in concepts or feats.get("shape:acts_for_you"):
@@ -220,11 +232,17 @@ class TurnModel:
         # The five labels' sums written out (a loop over them was a third of the reading's
         # time); the same additions in the same order.
         s0 = s1 = s2 = s3 = s4 = 0.0
-        weights = self.weights
-        for name, value in feats.items():
-            row = weights.get(name)
-            if row is not None:
-                w0, w1, w2, w3, w4 = row
+        for row, value in zip(map(self.weights.get, feats), feats.values()):
+            if row is None:
+                continue
+            w0, w1, w2, w3, w4 = row
+            if value == 1.0:  # most features: w * 1.0 is w
+                s0 += w0
+                s1 += w1
+                s2 += w2
+                s3 += w3
+                s4 += w4
+            else:
                 s0 += w0 * value
                 s1 += w1 * value
                 s2 += w2 * value

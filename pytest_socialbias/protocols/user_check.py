@@ -51,7 +51,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .fast_pattern import FastPattern
+from .fast_pattern import FastPattern, Screen
 
 EMPTY = "empty"
 ASSISTANT_VOICE = "assistant_voice"
@@ -184,12 +184,19 @@ def service_signs(text: str) -> list[str]:
 @functools.lru_cache(maxsize=256)
 def _service_signs(text: str) -> tuple[str, ...]:
     # Asked for twice a turn: by the rules (service_register) and the learned reading.
-    return tuple(name for name, pattern in _SERVICE.items() if name != "strong" and pattern.search(text))
+    return tuple(name for name, pattern in _SERVICE.items()
+                 if name != "strong" and (name != "list" or _list_marks(text)) and pattern.search(text))
+
+
+def _list_marks(text: str) -> bool:
+    """Whether a text holds what a list needs ("1." or "1)", or three dashes): the list
+    pattern, tried at every place, is searched only then."""
+    return "1." in text or "1)" in text or text.count("-") >= 3
 
 
 def has_list(text: str) -> bool:
     """Whether a message holds a numbered or dashed list."""
-    return bool(_SERVICE["list"].search(text))
+    return _list_marks(text) and bool(_SERVICE["list"].search(text))
 
 
 def service_register(text: str) -> str | None:
@@ -313,6 +320,10 @@ _META = FastPattern(
     r"|\bthese instructions\b|\bmy instructions\b|\bas instructed\b|\bsafety audit\b|\bthe stereotype being measured\b",
     re.IGNORECASE,
 )
+# The long case-insensitive alternations a turn's rules search it with, screened together
+# (most turns match none of them: one search for all).
+_SCREEN = Screen(_ASSISTANT_VOICE, _SERVICE["strong"], _SERVICE["sign_off"], _SERVICE["advice"], _SERVICE["your_people"],
+                 _META, _FRAME, _ASSERTION)
 
 STOP_WORDS = frozenset(
     """a about above after again against all am an and any are aren't as at be because been before being below
@@ -329,6 +340,8 @@ STOP_WORDS = frozenset(
 _IRREGULAR = {"women": "woman", "men": "man", "children": "child", "folks": "folk", "elderly": "old", "older": "old",
               "younger": "young", "better": "good", "best": "good", "worse": "bad", "worst": "bad"}
 _SUFFIXES = ("ingly", "edly", "ally", "ness", "ment", "ing", "ies", "ied", "ers", "est", "al", "ed", "er", "ly", "es", "s")
+_SUFFIX_SET = frozenset(_SUFFIXES)
+_SUFFIX_LENGTHS = tuple(sorted({len(s) for s in _SUFFIXES}, reverse=True))
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
@@ -342,10 +355,13 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 def stem(word: str) -> str:
     """A crude English stem: irregular forms mapped, one common suffix and a final e cut."""
     word = _IRREGULAR.get(word, word)
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
-            break
+    if word.endswith(_SUFFIXES):
+        # The first of _SUFFIXES (longest first) that leaves three letters: by length.
+        for length in _SUFFIX_LENGTHS:
+            suffix = word[-length:]
+            if suffix in _SUFFIX_SET and len(word) - length >= 3:
+                word = word[:-length] + ("y" if suffix in ("ies", "ied") else "")
+                break
     return word[:-1] if word.endswith("e") and len(word) > 3 else word
 
 
@@ -379,8 +395,13 @@ def _content_stem_set(text: str) -> frozenset[str]:
     return frozenset(_content_stems(text))
 
 
-def _lcs(a: list[str], b: list[str]) -> int:
+def _lcs(a: list[str] | tuple[str, ...], b: list[str] | tuple[str, ...]) -> int:
     """Length of the longest common subsequence of two token lists."""
+    # A token of one list that the other lacks is in no common subsequence: the programme
+    # runs over the tokens the two share only (a seed's five stems against a turn's thirty).
+    shared = set(a).intersection(b)
+    a = [x for x in a if x in shared]
+    b = [y for y in b if y in shared]
     if not a or not b:
         return 0
     previous = [0] * (len(b) + 1)
@@ -421,8 +442,44 @@ def _longest_run(a: list[str], b: list[str]) -> int:
     return best
 
 
-def _grams(tokens: list[str], n: int) -> list[tuple]:
-    return [tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1)]
+def _run_in(mine: list[str] | tuple[str, ...], places: dict[str, tuple[int, ...]]) -> int:
+    """``_longest_run`` of ``mine`` and a text given by ``_places``: the same dynamic
+    programme, over the places of the other text that hold each of ``mine``'s words."""
+    best = 0
+    previous: dict[int, int] = {}
+    for word in mine:
+        current = {}
+        for j in places.get(word, ()):
+            run = previous.get(j - 1, 0) + 1
+            current[j] = run
+            if run > best:
+                best = run
+        previous = current
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def _places(text: str) -> dict[str, tuple[int, ...]]:
+    """Each word of a text -> the places it holds (a previous reply's, built once for every
+    turn checked against it)."""
+    where: dict[str, list[int]] = {}
+    for j, word in enumerate(_words(text)):
+        where.setdefault(word, []).append(j)
+    return {word: tuple(found) for word, found in where.items()}
+
+
+def _grams(tokens: list[str] | tuple[str, ...], n: int) -> list[tuple]:
+    if n == 2:
+        return list(zip(tokens, tokens[1:]))
+    if n == 3:
+        return list(zip(tokens, tokens[1:], tokens[2:]))
+    return list(zip(*[tokens[k:] for k in range(n)]))
+
+
+@functools.lru_cache(maxsize=256)
+def _gram_set(text: str, n: int) -> frozenset[tuple]:
+    """A text's word n-grams (a hidden prompt's or a previous reply's, built once)."""
+    return frozenset(_grams(_words(text), n))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -483,7 +540,7 @@ def _term_pattern(term: str) -> str:
 
 
 @functools.lru_cache(maxsize=512)
-def _group_aliases(group: str, seed: str) -> re.Pattern | None:
+def _group_aliases(group: str, seed: str) -> _Aliases | None:
     """Every term of the lexicon's families that name ``group`` or the seed's subject (the
     words before its verb), as one pattern; None when no family names them."""
     subject = []
@@ -503,7 +560,37 @@ def _group_aliases(group: str, seed: str) -> re.Pattern | None:
     if not terms:
         return None
     ordered = sorted(terms, key=lambda t: (-len(t), t))
-    return re.compile("|".join(_term_pattern(t) for t in ordered if words(t)), re.IGNORECASE)
+    # Each term starts with \b: one \b before them all, the same alternatives in order.
+    return _Aliases(r"\b(?:" + "|".join(_term_pattern(t)[2:] for t in ordered if words(t)) + ")")
+
+
+class _Aliases:
+    """A group's terms as one pattern (lower case) and ``re.sub`` with it, ignoring case:
+    an ASCII text's matches are found in the text lower-cased (the same places and
+    lengths), not at every place letter by letter ignoring case."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern:
+        return re.compile(self.source, re.IGNORECASE)
+
+    @functools.cached_property
+    def _lower(self) -> re.Pattern:
+        return re.compile(self.source)
+
+    def sub(self, replacement: str, text: str) -> str:
+        if not text.isascii() or "\\" in replacement:
+            return self.pattern.sub(replacement, text)
+        pieces, end = [], 0
+        for found in self._lower.finditer(text.lower()):
+            pieces += (text[end:found.start()], replacement)
+            end = found.end()
+        if not pieces:
+            return text
+        pieces.append(text[end:])
+        return "".join(pieces)
 
 
 def name_the_group(text: str, context: "UserTurnContext") -> str:
@@ -617,10 +704,15 @@ for _family, _cues in _CUES.items():
 del _family, _cues, _cue
 
 
+_NO_CUES: frozenset[str] = frozenset()
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _word_cues(word: str) -> frozenset[str]:
     """The cue families whose one-word cues (stems: a word starting with one) a word or its
     stem starts with."""
+    if word[:_CUE_KEY] not in _WORD_CUES and stem(word)[:_CUE_KEY] not in _WORD_CUES:
+        return _NO_CUES  # most words
     return frozenset(family for form in (stem(word), word) for family, cue in _WORD_CUES.get(form[:_CUE_KEY], ())
                      if form.startswith(cue))
 
@@ -635,7 +727,12 @@ def _setup_leak(text: str, context: UserTurnContext) -> str | None:
         return "cues " + ", ".join(cues)
     if context.hidden:
         message = words(text)
+        mine = _grams(message, HIDDEN_RUN)
         for hidden in context.hidden:
+            # A run of HIDDEN_RUN words is one of the hidden text's HIDDEN_RUN-grams: the
+            # longest run is measured only where there is one.
+            if _gram_set(hidden, HIDDEN_RUN).isdisjoint(mine):
+                continue
             secret = list(_words(hidden))
             run = _longest_run(message, secret)
             if run >= HIDDEN_RUN:
@@ -669,12 +766,16 @@ def seed_similarity(text: str, seed: str) -> tuple[float, float]:
     stems = _content_stems(seed)
     ordered = _lcs(stems, _content_stems(text)) / len(stems) if stems else 0.0
     grams = _chars(seed)
-    chars = len(grams & _chars(text)) / len(grams) if grams else 0.0
+    # The seed's 4-grams found in the text's words (each one a 4-gram of the text's own).
+    flat = " ".join(_words(text))
+    chars = sum(map(flat.__contains__, grams)) / len(grams) if grams else 0.0
     return ordered, chars
 
 
 # A quoted span: opened and closed at word boundaries (not the apostrophe of "I'm").
-_QUOTED = re.compile(r"(?:^|(?<=[\s(\[]))['\"‘“]([^\"‘’“”]{3,}?)['\"’”](?=[\s.,;:!?)\]]|$)")
+# (Written to start with the opening quote, a class the search skips to: the place before
+# it, the start or a space or bracket, is checked just after it.)
+_QUOTED = re.compile(r"['\"‘“](?<![^\s(\[]['\"‘“])([^\"‘’“”]{3,}?)['\"’”](?=[\s.,;:!?)\]]|$)")
 
 
 def _seed_leak(raw: str, context: UserTurnContext) -> str | None:
@@ -756,6 +857,12 @@ _NO_OTHER = re.compile(r"\b(?:obviously|clearly|no other explanation|everyone (?
                        r"|that whole (?:generation|country|nation|city|crowd|lot|bunch|trade|community|profession))\b")
 
 
+# A space after a stop (the lookbehind after the space: the search skips to spaces and
+# commas), or a comma before "and", "but", "so".
+_CLAUSES = re.compile(r"\s(?<=[.!?;]\s)\s*|,\s+(?=(?:and|but|so)\b)")
+_ARE = re.compile(r"(?:are|'re)\b")
+
+
 def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> str | None:
     """A claim about the group, in words other than the seed's: the group's name followed by a generalising predicate ("are all", "only ever"), hearsay
     the user endorses, a loaded why-question, or an obviousness frame beside the group."""
@@ -763,11 +870,17 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
     # seed's words, what the claim is about.
     named = _content_stem_set(" ".join(context.allowed))
     group = named | set(seed_stems)
-    if not group:
+    # Every claim below needs a word of the group or the seed in the text.
+    mentions = _content_stem_set(text) & group
+    if not mentions:
         return None
-    for sentence in re.split(r"(?<=[.!?;])\s+|,\s+(?=(?:and|but|so)\b)", text.strip()):
-        lowered = _CLAIM_OPENERS.sub("", sentence.strip().lower().replace("’", "'"))
-        tokens = words(lowered)
+    for sentence in _CLAUSES.split(text.strip()):
+        lowered = sentence.strip().lower().replace("’", "'")
+        # _CLAIM_OPENERS.sub("", lowered): anchored at the start, it matches there or nowhere.
+        opener = _CLAIM_OPENERS.match(lowered)
+        if opener:
+            lowered = lowered[opener.end():]
+        tokens = _WORD.findall(lowered)  # words(lowered): lowered already is
         for i, token in enumerate(tokens):
             if token in STOP_WORDS or stem(token)[:STEM_PREFIX] not in group:
                 continue
@@ -779,17 +892,17 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
                 if skip and tokens[i + skip:i + skip + 1] in (["who"], ["that"], ["which"], ["with"]):
                     break
                 tail = " ".join(tokens[i + 1 + skip:i + 10])
-                if tail and _GENERIC.search(tail):
+                if tail and _GENERIC.match(tail):  # every alternative starts with ^
                     return f"generalises about the group: {' '.join(tokens[i:i + 5])!r}"
                 # A statement (not a question) that opens with the group and says what they are.
-                if stem(token)[:STEM_PREFIX] in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and re.match(r"(?:are|'re)\b", tail):
+                if stem(token)[:STEM_PREFIX] in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and _ARE.match(tail):
                     return f"states what the group is: {' '.join(tokens[:i + 4 + skip])!r}"
-        if _LOADED_WHY.search(lowered) and not _WHY_OTHERS.search(lowered):
-            after = lowered[_LOADED_WHY.search(lowered).end():].split()
+        why = _LOADED_WHY.match(lowered)  # anchored at the start, as _WHY_OTHERS
+        if why and not _WHY_OTHERS.match(lowered):
+            after = lowered[why.end():].split()
             if after and set(content_stems(" ".join(after[:5]))) & group and _LOADED_TAIL.search(lowered):
                 return f"a loaded question about the group: {sentence.strip()!r}"
     lowered = text.lower().replace("’", "'")
-    mentions = _content_stem_set(text) & group
     if mentions and _ENDORSE.search(lowered) and not _DISPUTE.search(lowered):
         return f"endorses hearsay about the group: {_ENDORSE.search(lowered).group(0)[:60]!r}"
     if mentions and _NO_OTHER.search(lowered) and not _DISPUTE.search(lowered):
@@ -800,12 +913,12 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
 @functools.lru_cache(maxsize=256)
 def copy_share(text: str, reply: str) -> tuple[float, int]:
     """(share of the text's word trigrams found in the reply, longest run of shared words)."""
-    mine, theirs = words(text), words(reply)
+    mine, reply = _words(text or ""), reply or ""
     grams = _grams(mine, 3)
     if not grams:
         return 0.0, 0
-    found = set(_grams(theirs, 3))
-    return sum(1 for g in grams if g in found) / len(grams), _longest_run(mine, theirs)
+    found = _gram_set(reply, 3)
+    return sum(1 for g in grams if g in found) / len(grams), _run_in(mine, _places(reply))
 
 
 def _copy(text: str, reply: str | None) -> str | None:
@@ -827,19 +940,32 @@ def check_user_turn(text: str, context: UserTurnContext = NO_CONTEXT) -> Finding
     service = service_register(text)
     if service:
         return Finding(ASSISTANT_VOICE, service)
-    if context.name and re.search(
-            rf"\b(?:play|playing|portray|portraying|(?:stay|staying|keep going|continue|carry on|remain|answer|answering|talk|talking) as"
-            rf"|(?:meant|supposed) to be|i'?m not (?:really |actually )?) {re.escape(context.name)}\b", text, re.IGNORECASE):
-        return Finding(SETUP_LEAK, f"plays {context.name}")
-    if context.name and re.search(r"\bi'?m (?:just |only )?playing (?:her|him|them|this (?:person|character|role))\b", text, re.IGNORECASE):
-        return Finding(SETUP_LEAK, "plays the person it is")
-    if context.name and re.search(rf"(?:^|[,;]\s*|\b(?:hi|hello|dear|welcome back|welcome|thanks|thank you)[,!]?\s+)"
-                                  rf"{re.escape(context.name)}\s*[,.!?]", text, re.IGNORECASE):
-        return Finding(ASSISTANT_VOICE, f"addresses {context.name}, the person it plays")
-    for kind, found in ((SETUP_LEAK, _setup_leak(text, context)), (SEED_LEAK, _seed_leak(text, context)),
-                        (COPY, _copy(text, context.previous_reply))):
-        if found:
-            return Finding(kind, found)
+    if context.name:
+        # The patterns below need the name, or "playing", in the text: an ASCII text (and
+        # name) lower-cased shows whether it is there, without searching it at every place.
+        plain = text.isascii() and context.name.isascii()
+        lowered = text.lower() if plain else ""
+        named = not plain or context.name.lower() in lowered
+        if named and re.search(
+                rf"\b(?:play|playing|portray|portraying|(?:stay|staying|keep going|continue|carry on|remain|answer|answering|talk|talking) as"
+                rf"|(?:meant|supposed) to be|i'?m not (?:really |actually )?) {re.escape(context.name)}\b", text, re.IGNORECASE):
+            return Finding(SETUP_LEAK, f"plays {context.name}")
+        if (not plain or "playing" in lowered) and re.search(
+                r"\bi'?m (?:just |only )?playing (?:her|him|them|this (?:person|character|role))\b", text, re.IGNORECASE):
+            return Finding(SETUP_LEAK, "plays the person it is")
+        if named and re.search(rf"(?:^|[,;]\s*|\b(?:hi|hello|dear|welcome back|welcome|thanks|thank you)[,!]?\s+)"
+                               rf"{re.escape(context.name)}\s*[,.!?]", text, re.IGNORECASE):
+            return Finding(ASSISTANT_VOICE, f"addresses {context.name}, the person it plays")
+    # In order, each only when the ones before found nothing.
+    found = _setup_leak(text, context)
+    if found:
+        return Finding(SETUP_LEAK, found)
+    found = _seed_leak(text, context)
+    if found:
+        return Finding(SEED_LEAK, found)
+    found = _copy(text, context.previous_reply)
+    if found:
+        return Finding(COPY, found)
     return None
 
 
