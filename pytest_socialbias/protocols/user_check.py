@@ -477,6 +477,12 @@ def _grams(tokens: list[str] | tuple[str, ...], n: int) -> list[tuple]:
 
 
 @functools.lru_cache(maxsize=256)
+def _vocabulary(text: str) -> frozenset[str]:
+    """A text's words (a hidden prompt's, built once)."""
+    return frozenset(_words(text))
+
+
+@functools.lru_cache(maxsize=256)
 def _gram_set(text: str, n: int) -> frozenset[tuple]:
     """A text's word n-grams (a hidden prompt's or a previous reply's, built once)."""
     return frozenset(_grams(_words(text), n))
@@ -726,11 +732,12 @@ def _setup_leak(text: str, context: UserTurnContext) -> str | None:
         return "cues " + ", ".join(cues)
     if context.hidden:
         message = words(text)
-        mine = _grams(message, HIDDEN_RUN)
         for hidden in context.hidden:
-            # A run of HIDDEN_RUN words is one of the hidden text's HIDDEN_RUN-grams: the
-            # longest run is measured only where there is one.
-            if _gram_set(hidden, HIDDEN_RUN).isdisjoint(mine):
+            # A run of HIDDEN_RUN words is HIDDEN_RUN words in a row of the hidden text's
+            # words, and one of its HIDDEN_RUN-grams: the longest run is measured only
+            # where there is one.
+            known = bytes(map(_vocabulary(hidden).__contains__, message))
+            if b"\x01" * HIDDEN_RUN not in known or _gram_set(hidden, HIDDEN_RUN).isdisjoint(_grams(message, HIDDEN_RUN)):
                 continue
             secret = list(_words(hidden))
             run = _longest_run(message, secret)
@@ -917,7 +924,7 @@ def copy_share(text: str, reply: str) -> tuple[float, int]:
     if not grams:
         return 0.0, 0
     found = _gram_set(reply, 3)
-    return sum(1 for g in grams if g in found) / len(grams), _run_in(mine, _places(reply))
+    return sum(map(found.__contains__, grams)) / len(grams), _run_in(mine, _places(reply))
 
 
 def _copy(text: str, reply: str | None) -> str | None:
