@@ -35,7 +35,6 @@ import functools
 import hashlib
 import json
 import math
-import operator
 import re
 from pathlib import Path
 
@@ -235,18 +234,26 @@ class TurnModel:
         self.meta = meta or {}
 
     def probabilities(self, feats: dict[str, float]) -> list[float]:
-        # Each label's sum of weight times value, over the features in their order: the
-        # weight rows of the features, scaled where the value is not 1 (w * 1.0 is w), then
-        # each label's column added left to right from 0.0 (reduce, as a loop of +=; not
-        # sum(), whose rounding differs between Python versions).
-        rows = []
-        keep = rows.append
+        # The five labels' sums written out (a loop over them was a third of the reading's
+        # time); the same additions in the same order.
+        s0 = s1 = s2 = s3 = s4 = 0.0
         for row, value in zip(map(self.weights.get, feats), feats.values()):
-            if row is not None:
-                keep(row if value == 1.0 else [w * value for w in row])
-        if not rows:
-            return _softmax([0.0] * len(LABELS))
-        return _softmax([functools.reduce(operator.add, column, 0.0) for column in zip(*rows)])
+            if row is None:
+                continue
+            w0, w1, w2, w3, w4 = row
+            if value == 1.0:  # most features: w * 1.0 is w
+                s0 += w0
+                s1 += w1
+                s2 += w2
+                s3 += w3
+                s4 += w4
+            else:
+                s0 += w0 * value
+                s1 += w1 * value
+                s2 += w2 * value
+                s3 += w3 * value
+                s4 += w4 * value
+        return _softmax([s0, s1, s2, s3, s4])
 
     def judge(self, text: str, context: uc.UserTurnContext) -> tuple[str, float] | None:
         """(the most likely break, P(clean)) when P(clean) is below the threshold and the turn
