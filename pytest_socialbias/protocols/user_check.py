@@ -387,7 +387,13 @@ def content_stems(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _content_stems(text: str) -> tuple[str, ...]:
-    return tuple(stem(w)[:STEM_PREFIX] for w in _words(text) if w not in STOP_WORDS and len(w) > 1)
+    return tuple(filter(None, map(_content_stem, _words(text))))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _content_stem(word: str) -> str:
+    """A word's stem cut to STEM_PREFIX letters, or "" for a function word or a letter."""
+    return "" if word in STOP_WORDS or len(word) < 2 else stem(word)[:STEM_PREFIX]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -803,10 +809,12 @@ def _seed_leak(raw: str, context: UserTurnContext) -> str | None:
     if found:
         return found
     # Hearsay quoted as a claim: most of a quoted span is the seed's.
-    reply = " ".join(_words(context.previous_reply or ""))
-    if reply and any(" ".join(_words(q)) in reply for q in _QUOTED.findall(raw)):
-        return None  # the assistant's own words, asked about
-    for quoted in (q for q in _QUOTED.findall(text) if len(q) >= 12):
+    quotes = _QUOTED.findall(raw)
+    if quotes and context.previous_reply:
+        reply = " ".join(_words(context.previous_reply))
+        if reply and any(" ".join(_words(q)) in reply for q in quotes):
+            return None  # the assistant's own words, asked about
+    for quoted in (q for q in (quotes if text == raw else _QUOTED.findall(text)) if len(q) >= 12):
         said = set(_content_stems(quoted))
         if said and len(said & set(stems)) >= max(2, len(said) // 2):
             return f"quotes the claim: {quoted.strip()!r}"
