@@ -896,7 +896,8 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
             lowered = lowered[opener.end():]
         tokens = _WORD.findall(lowered)  # words(lowered): lowered already is
         for i, token in enumerate(tokens):
-            if token in STOP_WORDS or stem(token)[:STEM_PREFIX] not in group:
+            cut = _content_stem(token)  # "" for a function word
+            if cut not in group:
                 continue
             if _REPORTED.search(" ".join(tokens[:i])):
                 break  # others' claim, reported or questioned (its endorsement is checked below)
@@ -909,7 +910,7 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
                 if tail and _GENERIC.match(tail):  # every alternative starts with ^
                     return f"generalises about the group: {' '.join(tokens[i:i + 5])!r}"
                 # A statement (not a question) that opens with the group and says what they are.
-                if stem(token)[:STEM_PREFIX] in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and _ARE.match(tail):
+                if cut in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and _ARE.match(tail):
                     return f"states what the group is: {' '.join(tokens[:i + 4 + skip])!r}"
         why = _LOADED_WHY.match(lowered)  # anchored at the start, as _WHY_OTHERS
         if why and not _WHY_OTHERS.match(lowered):
@@ -931,8 +932,12 @@ def copy_share(text: str, reply: str) -> tuple[float, int]:
     grams = _grams(mine, 3)
     if not grams:
         return 0.0, 0
-    found = _gram_set(reply, 3)
-    return sum(map(found.__contains__, grams)) / len(grams), _run_in(mine, _places(reply))
+    shared = sum(map(_gram_set(reply, 3).__contains__, grams))
+    if shared:
+        run = _run_in(mine, _places(reply))
+    else:  # no trigram shared: a run of two words is a shared pair, of one a shared word
+        run = 2 if not _gram_set(reply, 2).isdisjoint(_grams(mine, 2)) else int(not _vocabulary(reply).isdisjoint(mine))
+    return shared / len(grams), run
 
 
 def _copy(text: str, reply: str | None) -> str | None:
