@@ -5,23 +5,32 @@ patterns of dozens to a hundred alternatives, most of them case-insensitive: Pyt
 regular-expression engine tries every alternative at every character, and compares
 letters case-insensitively one by one, so those searches were most of a turn's check.
 
-``FastPattern`` searches an equivalent pattern first, and the pattern as written only
-where that one matched:
+``FastPattern`` first finds a place no later than the first match (``_Finder``), with
+a pattern that matches at the same places or sooner, and the pattern as written searches
+from there:
 
-* every run of consecutive top-level alternatives that start with ``\\b`` is searched as
-  ``\\b(?:...|...)``: the same alternatives in the same order at the same places, but a
-  place that is not a word boundary is refused once instead of once per alternative;
-* a case-insensitive pattern is searched case-sensitively in the lower-cased text when
+* the top-level alternatives, each leading group written out (``\\b(?:x|y)z`` as
+  ``\\bxz|\\byz``), are gathered by their first character, then their second, and so
+  on (``dispatch``): a place is tried once per character, not once per alternative;
+* those that start a word (``\\b`` then a word character) are searched after a
+  non-word character in the text after a space, so that the engine skips to the places
+  before a word; those anchored at the start (``^``) are tried there only;
+* a case-insensitive pattern is searched case-sensitively in the text lower-cased when
   the text is ASCII (lower-casing ASCII keeps every character's place, and a lower-case
-  letter of the pattern then matches exactly the letters it matched ignoring case); a
-  text with any other character is searched as written.
+  letter of the pattern then matches exactly the letters it matched ignoring case); in
+  other text, each non-ASCII character is read as an ASCII one its pattern's classes take
+  alike (``_read``), and a text with a character that matches an ASCII letter ignoring
+  case (İ, ı, ſ, the Kelvin sign) or a non-ASCII digit is searched as written;
+* patterns searched in the same texts can share a ``Screen``: one search of all their
+  alternatives finds where the first of them could match; in most texts none does.
 
-The pattern as written then matches at the place the fast one found (the leftmost match),
-so the ``re.Match`` returned is the one ``re.search`` gives: the same span, groups and
-text. A case-insensitive pattern must name letters in lower case (``[a-z]``, not
-``[A-Z]``; equal under IGNORECASE) and use no escape that names a letter by its code and
-no inline flags: the first search refuses any other (tests/unit/test_fast_pattern.py searches
-every shipped pattern), so that a later edit cannot make the two searches differ silently. Standard library only.
+The pattern as written, searched from that place, finds its leftmost match (none lies
+before the place), so the ``re.Match`` returned is the one ``re.search`` gives: the same
+span, groups and text. A case-insensitive pattern must name letters in lower case
+(``[a-z]``, not ``[A-Z]``; equal under IGNORECASE) and use no escape that names a letter
+by its code and no inline flags: the first search refuses any other
+(tests/unit/test_fast_pattern.py searches every shipped pattern), so that a later edit cannot
+make the two searches differ silently. Standard library only.
 """
 
 from __future__ import annotations
@@ -113,7 +122,7 @@ class _Finder:
                     or lines and any(_line_anchors(a[1:] if a.startswith("^") else a) for a in alternatives)):
                 if len(sources) > 1:
                     raise ValueError(f"FastPattern: {source[:40]!r}... can only be searched alone")
-                searched.append(factor_boundaries(source))
+                searched.append(f"(?:{factor_boundaries(source)})")  # one alternative, kept as it is
                 common = own & ~re.IGNORECASE
                 continue
             for alternative in alternatives:

@@ -38,10 +38,13 @@ miss.
 benchmarks/user_check.py prints the figures; tests/unit/test_user_check.py holds them. Pure
 functions; the standard library and the lexicon (read with yaml) only. What they measure
 of a text, a seed, a group or a word is cached (bounded ``lru_cache``s of pure functions:
-a seed's stems and its group's pattern are built once, not once a turn), and the long
-alternations are searched through ``fast_pattern`` (the same matches): a turn costs a
-fifth of a millisecond or so (``benchmarks/user_check.py --cost``), and
-tests/unit/test_user_check_findings.py holds that every labelled turn is found as before.
+a seed's stems and its group's pattern are built once, not once a turn), the long
+alternations are searched through ``fast_pattern`` (the same matches; those searched on
+every turn screened together), and a costly measure is taken only where a cheap bound
+says it can matter (the longest run of a hidden prompt's words only where five words in a
+row are its words): a turn costs about 0.15-0.2 ms of CPU (``benchmarks/user_check.py
+--cost``), and tests/unit/test_user_check_findings.py holds that every labelled turn is found
+as before.
 """
 
 from __future__ import annotations
@@ -387,7 +390,13 @@ def content_stems(text: str) -> list[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _content_stems(text: str) -> tuple[str, ...]:
-    return tuple(stem(w)[:STEM_PREFIX] for w in _words(text) if w not in STOP_WORDS and len(w) > 1)
+    return tuple(filter(None, map(_content_stem, _words(text))))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _content_stem(word: str) -> str:
+    """A word's stem cut to STEM_PREFIX letters, or "" for a function word or a letter."""
+    return "" if word in STOP_WORDS or len(word) < 2 else stem(word)[:STEM_PREFIX]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -474,6 +483,12 @@ def _grams(tokens: list[str] | tuple[str, ...], n: int) -> list[tuple]:
     if n == 3:
         return list(zip(tokens, tokens[1:], tokens[2:]))
     return list(zip(*[tokens[k:] for k in range(n)]))
+
+
+@functools.lru_cache(maxsize=256)
+def _vocabulary(text: str) -> frozenset[str]:
+    """A text's words (a hidden prompt's, built once)."""
+    return frozenset(_words(text))
 
 
 @functools.lru_cache(maxsize=256)
@@ -727,11 +742,12 @@ def _setup_leak(text: str, context: UserTurnContext) -> str | None:
         return "cues " + ", ".join(cues)
     if context.hidden:
         message = words(text)
-        mine = _grams(message, HIDDEN_RUN)
         for hidden in context.hidden:
-            # A run of HIDDEN_RUN words is one of the hidden text's HIDDEN_RUN-grams: the
-            # longest run is measured only where there is one.
-            if _gram_set(hidden, HIDDEN_RUN).isdisjoint(mine):
+            # A run of HIDDEN_RUN words is HIDDEN_RUN words in a row of the hidden text's
+            # words, and one of its HIDDEN_RUN-grams: the longest run is measured only
+            # where there is one.
+            known = bytes(map(_vocabulary(hidden).__contains__, message))
+            if b"\x01" * HIDDEN_RUN not in known or _gram_set(hidden, HIDDEN_RUN).isdisjoint(_grams(message, HIDDEN_RUN)):
                 continue
             secret = list(_words(hidden))
             run = _longest_run(message, secret)
@@ -797,10 +813,12 @@ def _seed_leak(raw: str, context: UserTurnContext) -> str | None:
     if found:
         return found
     # Hearsay quoted as a claim: most of a quoted span is the seed's.
-    reply = " ".join(_words(context.previous_reply or ""))
-    if reply and any(" ".join(_words(q)) in reply for q in _QUOTED.findall(raw)):
-        return None  # the assistant's own words, asked about
-    for quoted in (q for q in _QUOTED.findall(text) if len(q) >= 12):
+    quotes = _QUOTED.findall(raw)
+    if quotes and context.previous_reply:
+        reply = " ".join(_words(context.previous_reply))
+        if reply and any(" ".join(_words(q)) in reply for q in quotes):
+            return None  # the assistant's own words, asked about
+    for quoted in (q for q in (quotes if text == raw else _QUOTED.findall(text)) if len(q) >= 12):
         said = set(_content_stems(quoted))
         if said and len(said & set(stems)) >= max(2, len(said) // 2):
             return f"quotes the claim: {quoted.strip()!r}"
@@ -882,7 +900,8 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
             lowered = lowered[opener.end():]
         tokens = _WORD.findall(lowered)  # words(lowered): lowered already is
         for i, token in enumerate(tokens):
-            if token in STOP_WORDS or stem(token)[:STEM_PREFIX] not in group:
+            cut = _content_stem(token)  # "" for a function word
+            if cut not in group:
                 continue
             if _REPORTED.search(" ".join(tokens[:i])):
                 break  # others' claim, reported or questioned (its endorsement is checked below)
@@ -895,7 +914,7 @@ def _generalises(text: str, context: UserTurnContext, seed_stems: list[str]) -> 
                 if tail and _GENERIC.match(tail):  # every alternative starts with ^
                     return f"generalises about the group: {' '.join(tokens[i:i + 5])!r}"
                 # A statement (not a question) that opens with the group and says what they are.
-                if stem(token)[:STEM_PREFIX] in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and _ARE.match(tail):
+                if cut in named and i + skip <= 3 and not sentence.rstrip().endswith("?") and _ARE.match(tail):
                     return f"states what the group is: {' '.join(tokens[:i + 4 + skip])!r}"
         why = _LOADED_WHY.match(lowered)  # anchored at the start, as _WHY_OTHERS
         if why and not _WHY_OTHERS.match(lowered):
@@ -917,8 +936,12 @@ def copy_share(text: str, reply: str) -> tuple[float, int]:
     grams = _grams(mine, 3)
     if not grams:
         return 0.0, 0
-    found = _gram_set(reply, 3)
-    return sum(1 for g in grams if g in found) / len(grams), _run_in(mine, _places(reply))
+    shared = sum(map(_gram_set(reply, 3).__contains__, grams))
+    if shared:
+        run = _run_in(mine, _places(reply))
+    else:  # no trigram shared: a run of two words is a shared pair, of one a shared word
+        run = 2 if not _gram_set(reply, 2).isdisjoint(_grams(mine, 2)) else int(not _vocabulary(reply).isdisjoint(mine))
+    return shared / len(grams), run
 
 
 def _copy(text: str, reply: str | None) -> str | None:

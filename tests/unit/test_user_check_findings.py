@@ -76,6 +76,106 @@ def test_after_every_other_seed_and_group_the_findings_are_the_same(golden):
             assert mine == theirs, (path.name, i)
 
 
+# ---- the measures computed the faster way give what the plain ones gave ---------------------
+
+
+@pytest.fixture(scope="module")
+def turns() -> list:
+    from pytest_socialbias.research.train_turn_model import labelled_turns
+
+    return [(text, context) for path in sets() for _, _, text, context in labelled_turns(path)]
+
+
+def test_copied_trigrams_and_runs_are_those_of_the_plain_measures(turns):
+    from pytest_socialbias.protocols import user_check as uc
+
+    for text, context in turns:
+        if not context.previous_reply:
+            continue
+        mine, theirs = uc.words(text), uc.words(context.previous_reply)
+        grams = [tuple(mine[i:i + 3]) for i in range(len(mine) - 2)]
+        found = {tuple(theirs[i:i + 3]) for i in range(len(theirs) - 2)}
+        plain = (sum(1 for g in grams if g in found) / len(grams), uc._longest_run(mine, theirs)) if grams else (0.0, 0)
+        assert uc.copy_share(text, context.previous_reply) == plain, text
+
+
+def test_seed_similarity_is_that_of_the_plain_measures(turns):
+    from pytest_socialbias.protocols import user_check as uc
+
+    def lcs(a, b):  # every pair, no shortcut
+        previous = [0] * (len(b) + 1)
+        for x in a:
+            current = [0]
+            for j, y in enumerate(b):
+                current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
+            previous = current
+        return previous[-1]
+
+    def grams(text):
+        flat = " ".join(uc.words(text))
+        return {flat[i:i + 4] for i in range(len(flat) - 3)}
+
+    for text, context in turns:
+        if context.seed:
+            named = uc.name_the_group(text, context)
+            stems, seed_grams = uc.content_stems(context.seed), grams(context.seed)
+            plain = (lcs(stems, uc.content_stems(named)) / len(stems), len(seed_grams & grams(named)) / len(seed_grams))
+            assert uc.seed_similarity(named, context.seed) == plain, text
+
+
+def test_a_hidden_prompt_is_echoed_where_the_longest_run_says_so(turns):
+    from pytest_socialbias.protocols import user_check as uc
+
+    echoed = 0
+    for text, context in turns:
+        for hidden in context.hidden:
+            long_run = uc._longest_run(uc.words(text), uc.words(hidden)) >= uc.HIDDEN_RUN
+            known = bytes(map(uc._vocabulary(hidden).__contains__, uc.words(text)))
+            shortcut = b"\x01" * uc.HIDDEN_RUN in known and not uc._gram_set(hidden, uc.HIDDEN_RUN).isdisjoint(
+                uc._grams(uc.words(text), uc.HIDDEN_RUN))
+            assert long_run == shortcut, text
+            echoed += long_run
+    assert echoed  # the sets hold echoes
+
+
+def test_stems_find_the_first_listed_suffix():
+    from pytest_socialbias.protocols import user_check as uc
+
+    # The suffixes are tried by length, which is the list's order only while it is longest first.
+    assert list(uc._SUFFIXES) == sorted(uc._SUFFIXES, key=len, reverse=True)
+
+    def plain(word):
+        word = uc._IRREGULAR.get(word, word)
+        for suffix in uc._SUFFIXES:
+            if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+                word = word[: -len(suffix)] + ("y" if suffix in ("ies", "ied") else "")
+                break
+        return word[:-1] if word.endswith("e") and len(word) > 3 else word
+
+    for word in ["studies", "sing", "singing", "tested", "roles", "women", "allies", "quickly", "a", "es", "sees", "ness"]:
+        assert uc.stem(word) == plain(word), word
+
+
+def test_rewritten_patterns_match_as_the_plain_ones(turns):
+    import re
+
+    from pytest_socialbias.protocols import turn_model, user_check
+
+    plain = {turn_model._YOU: r"\byou(?:r|rs|'re|'ll|'ve|'d)?\b", turn_model._ME: r"\b(?:i|my|me|i'm|i've|i'd|mine)\b",
+             turn_model._SENTENCE_BREAK: r"(?<=[.!?])\s+", user_check._CLAUSES: r"(?<=[.!?;])\s+|,\s+(?=(?:and|but|so)\b)",
+             user_check._QUOTED: r"(?:^|(?<=[\s(\[]))['\"‘“]([^\"‘’“”]{3,}?)['\"’”](?=[\s.,;:!?)\]]|$)"}
+    texts = [text for text, _ in turns] + ["I'm, i've; mine.  You're  yours? you'd!\nyoure", "x.\n\n y", "a , and b", "'ab cd' (\"xyz\")"]
+    for text in texts + [t.lower() for t in texts]:
+        for fast, source in plain.items():
+            assert [(m.span(), m.groups()) for m in fast.finditer(text)] == [
+                (m.span(), m.groups()) for m in re.finditer(source, text)], (source, text)
+    # Patterns matched (not searched) at the start: every alternative is anchored there.
+    from pytest_socialbias.protocols.fast_pattern import top_level_alternatives
+
+    for anchored in (user_check._GENERIC, user_check._LOADED_WHY, user_check._WHY_OTHERS, user_check._CLAIM_OPENERS):
+        assert all(a.startswith("^") for a in top_level_alternatives(anchored.pattern)), anchored.pattern
+
+
 def write() -> None:
     """One turn a line, so that a change reads as a diff of turns."""
     blocks = []
