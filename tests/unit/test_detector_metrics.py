@@ -161,12 +161,12 @@ def test_the_gap_interval_covers_at_every_pair_of_rates(n, floor):
     rates = np.linspace(0, 1, 101)
     # pmf[x, i]: P(x of n | rate i)
     pmf = np.array([[comb(n, x) * p ** x * (1 - p) ** (n - x) for p in rates] for x in range(n + 1)])
+    gaps = rates[:, None] - rates[None, :]  # gaps[i, j]: the true p1 - p2
     covered = np.zeros((len(rates), len(rates)))
     for x1 in range(n + 1):
         for x2 in range(n + 1):
             low, high = gap_interval(x1, n, x2, n)
             assert low <= x1 / n - x2 / n <= high
-            inside = (rates[:, None] - rates[None, :] >= low - 1e-12) & (rates[:, None] - rates[None, :] <= high + 1e-12)
-            covered += np.outer(pmf[x1], pmf[x2]) * inside
+            covered += np.outer(pmf[x1], pmf[x2]) * ((gaps >= low - 1e-12) & (gaps <= high + 1e-12))
     worst = covered.min()
     assert worst >= floor, worst
