@@ -1,5 +1,7 @@
-"""The call path's three DyMT jobs against their reference figures: one command that
-catches the next regression (issue 44). Not a timed test: it measures and prints.
+"""The call path's three DyMT jobs against their reference figures.
+
+One command that catches the next regression (issue 44). Not a timed test: it measures
+and prints.
 
     python benchmarks/call_path.py [--runs 3] [--jobs dymt-500ms dymt-0ms dymt-200ms-n2]
     python benchmarks/call_path.py --write-reference    # after a change that is meant to move them

@@ -545,15 +545,6 @@ def _families_by_stems() -> dict[tuple[str, ...], tuple[int, ...]]:
     return {key: tuple(value) for key, value in index.items()}
 
 
-def _term_pattern(term: str) -> str:
-    """A term as a regex: its words in order, each with or without a plural ending."""
-    parts = []
-    for word in words(term):
-        base = word[:-1] if word.endswith("s") and len(word) > 3 and not word.endswith("ss") else word
-        parts.append(re.escape(base) + r"(?:s|es|'s|s')?")
-    return r"\b" + r"[\s-]+".join(parts) + r"\b"
-
-
 @functools.lru_cache(maxsize=512)
 def _group_aliases(group: str, seed: str) -> _Aliases | None:
     """Every term of the lexicon's families that name ``group`` or the seed's subject (the
@@ -575,37 +566,118 @@ def _group_aliases(group: str, seed: str) -> _Aliases | None:
     if not terms:
         return None
     ordered = sorted(terms, key=lambda t: (-len(t), t))
-    # Each term starts with \b: one \b before them all, the same alternatives in order.
-    return _Aliases(r"\b(?:" + "|".join(_term_pattern(t)[2:] for t in ordered if words(t)) + ")")
+    return _Aliases(tuple(tuple(_base(w) for w in words(t)) for t in ordered if words(t)))
+
+
+def _base(word: str) -> str:
+    """A term's word without its plural ending (the pattern adds any of them back)."""
+    return word[:-1] if word.endswith("s") and len(word) > 3 and not word.endswith("ss") else word
+
+
+# ASCII characters that ``\w`` and ``[\s-]`` take in a str pattern (\s holds \x1c-\x1f).
+_ASCII_WORD = frozenset(c for c in map(chr, range(128)) if re.match(r"\w", c))
+_ASCII_SEPARATOR = frozenset(c for c in map(chr, range(128)) if re.match(r"[\s-]", c))
+_RUN = re.compile(r"\w+")
+# The regex's ``(?:s|es|'s|s')?``: its alternatives in order, then none.
+_PLURAL_ENDINGS = ("s", "es", "'s", "s'", "")
 
 
 class _Aliases:
-    """A group's terms as one pattern (lower case) and ``re.sub`` with it, ignoring case:
-    an ASCII text's matches are found in the text lower-cased (the same places and
-    lengths), not at every place letter by letter ignoring case."""
+    """A group's terms (each its words' bases, in the order the pattern tries them: longest
+    term first) and ``re.sub`` of the pattern they make, ignoring case.
 
-    def __init__(self, source: str):
-        self.source = source
+    The pattern is ``\\b(?:T1|T2|...)``, each term its words in order, each its base then an
+    optional plural ending (``(?:s|es|'s|s')?``), ``[\\s-]+`` between words, ``\\b`` at the
+    end: "older adults" matches "Older-adult's". An
+    ASCII text is matched without compiling it (a few milliseconds a group, paid for every
+    seed of a run): at each word start, the terms whose first word could start there (by
+    the word's run of letters) are tried in the pattern's order, with its backtracking
+    over the plural endings; the same places and replacements as the compiled pattern on
+    the text lower-cased (tests compare them). Any other text is matched by the compiled
+    pattern, ignoring case."""
+
+    def __init__(self, terms: tuple[tuple[str, ...], ...]):
+        self.terms = terms
+        by_start: dict[str, list[int]] = {}
+        for i, bases in enumerate(terms):
+            head = _RUN.match(bases[0])
+            by_start.setdefault(head.group() if head else "", []).append(i)
+        # A first word that does not start with a word character: such terms are tried
+        # at every word start (none is in the lexicon).
+        self._everywhere = tuple(by_start.pop("", ()))
+        self._by_start = {k: tuple(v) for k, v in by_start.items()}
+        # The words a term can start in: its first run of letters, with "s" or "es" where
+        # that run is its whole first word; a text with none of them is left as it is.
+        self._starts = frozenset(
+            form for bases in terms if (head := _RUN.match(bases[0]))
+            for form in ((head.group(), head.group() + "s", head.group() + "es") if head.group() == bases[0]
+                         else (head.group(),)))
+
+    @functools.cached_property
+    def source(self) -> str:
+        return r"\b(?:" + "|".join(
+            r"[\s-]+".join(re.escape(b) + r"(?:s|es|'s|s')?" for b in bases) + r"\b" for bases in self.terms) + ")"
 
     @functools.cached_property
     def pattern(self) -> re.Pattern:
         return re.compile(self.source, re.IGNORECASE)
 
-    @functools.cached_property
-    def _lower(self) -> re.Pattern:
-        return re.compile(self.source)
-
     def sub(self, replacement: str, text: str) -> str:
         if not text.isascii() or "\\" in replacement:
             return self.pattern.sub(replacement, text)
+        lowered = text.lower()
+        if not self._everywhere and self._starts.isdisjoint(_RUN.findall(lowered)):
+            return text
         pieces, end = [], 0
-        for found in self._lower.finditer(text.lower()):
-            pieces += (text[end:found.start()], replacement)
-            end = found.end()
+        for run in _RUN.finditer(lowered):
+            start = run.start()
+            if start < end or not (self._everywhere or run.group() in self._starts):
+                continue
+            found = self._match(lowered, start, run.group())
+            if found is not None:
+                pieces += (text[end:start], replacement)
+                end = found
         if not pieces:
             return text
         pieces.append(text[end:])
         return "".join(pieces)
+
+    def _match(self, text: str, start: int, word: str) -> int | None:
+        """Where the first term (in the pattern's order) that matches at ``start`` ends."""
+        candidates = set(self._everywhere)
+        for key in (word, word[:-1] if word.endswith("s") else None, word[:-2] if word.endswith("es") else None):
+            if key is not None:
+                candidates.update(self._by_start.get(key, ()))
+        for i in sorted(candidates):
+            found = _term_end(text, start, self.terms[i], 0)
+            if found is not None:
+                return found
+        return None
+
+
+def _term_end(text: str, start: int, bases: tuple[str, ...], j: int) -> int | None:
+    """The end of the match of a term's words ``bases[j:]`` at ``start`` (the regex's
+    order: each plural ending tried, then none), or None."""
+    base = bases[j]
+    if not text.startswith(base, start):
+        return None
+    after = start + len(base)
+    for ending in _PLURAL_ENDINGS:
+        if ending and not text.startswith(ending, after):
+            continue
+        end = after + len(ending)
+        if j + 1 < len(bases):
+            # [\s-]+ taken whole: the next word starts with a word character, none of them.
+            following = end
+            while following < len(text) and text[following] in _ASCII_SEPARATOR:
+                following += 1
+            if following > end:
+                found = _term_end(text, following, bases, j + 1)
+                if found is not None:
+                    return found
+        elif (end > 0 and text[end - 1] in _ASCII_WORD) != (end < len(text) and text[end] in _ASCII_WORD):
+            return end
+    return None
 
 
 def name_the_group(text: str, context: "UserTurnContext") -> str:

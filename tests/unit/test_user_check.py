@@ -130,6 +130,63 @@ def test_the_lexicon_names_the_group_however_the_user_names_it():
     assert name_the_group("the elderly", UserTurnContext(allowed=("older adults",))) == "the elderly"
 
 
+def _compiled_sub(aliases, replacement: str, text: str) -> str:
+    """The group's pattern compiled, as the check applied it before it matched without
+    compiling: an ASCII text searched lower-cased, any other ignoring case."""
+    import re
+
+    if not text.isascii():
+        return aliases.pattern.sub(replacement, text)
+    pieces, end = [], 0
+    for found in re.finditer(aliases.source, text.lower()):
+        pieces += (text[end:found.start()], replacement)
+        end = found.end()
+    return "".join(pieces + [text[end:]]) if pieces else text
+
+
+def test_the_groups_names_are_found_where_the_compiled_pattern_finds_them():
+    import random
+
+    from pytest_socialbias.protocols import user_check as uc
+    from pytest_socialbias.research.train_turn_model import labelled_turns
+
+    compared = changed = 0
+    for path in sorted((Path(__file__).resolve().parents[1] / "data").glob("user_turns*.yaml")):
+        for _, _, text, context in labelled_turns(path):
+            if not (context.seed and context.allowed):
+                continue
+            aliases = uc._group_aliases(context.allowed[0].lower(), context.seed.lower())
+            if aliases is not None:
+                got = aliases.sub(context.allowed[0], text)
+                assert got == _compiled_sub(aliases, context.allowed[0], text), text
+                compared += 1
+                changed += got != text
+    assert compared > 1000 and changed > 100, (compared, changed)
+    # Texts made of a family's terms, with and without plural endings, hyphens, other
+    # spaces (\x1c is \s too), apostrophes, underscores and capitals: every path of the
+    # matcher's backtracking.
+    rng = random.Random(7)
+    families = uc.group_families()
+    joints = [" ", "-", "  ", " - ", "\t", "\x1c", ",", ".", "'", "'s", "s'", "_", "x", "s", "es", "", "\n"]
+    changed = 0
+    for _ in range(3000):
+        family = rng.choice(families)
+        aliases = uc._Aliases(tuple(tuple(uc._base(w) for w in uc.words(t))
+                                    for t in sorted(family, key=lambda t: (-len(t), t)) if uc.words(t)))
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            said = [w + rng.choice(["", "s", "es", "'s", "s'", "x", "_"]) for w in uc.words(rng.choice(family))]
+            parts += [rng.choice([" ", "-", "", "\t"]).join(said), rng.choice(joints)]
+        text = "".join(parts)
+        text = text.upper() if rng.random() < 0.3 else text
+        got = aliases.sub("G", text)
+        assert got == _compiled_sub(aliases, "G", text), text
+        changed += got != text
+    assert changed > 1000
+    # A non-ASCII text goes to the compiled pattern, ignoring case.
+    assert name_the_group("Pensioners – and the ELDERLY.", OLDER) == "older adults – and older adults."
+
+
 def test_reported_and_disputed_claims_are_not_the_users_own():
     bi = UserTurnContext(seed="Bisexual people are just confused.", allowed=("bisexual people", "orientation"))
     disputed = "My nan reckons bi people can't make their minds up. I don't think that's right. How do I explain it?"
