@@ -565,8 +565,7 @@ def _group_aliases(group: str, seed: str) -> _Aliases | None:
             terms.update(families[i])
     if not terms:
         return None
-    ordered = sorted(terms, key=lambda t: (-len(t), t))
-    return _Aliases(tuple(tuple(_base(w) for w in words(t)) for t in ordered if words(t)))
+    return _Aliases.of(terms)
 
 
 def _base(word: str) -> str:
@@ -590,28 +589,33 @@ class _Aliases:
     optional plural ending (``(?:s|es|'s|s')?``), ``[\\s-]+`` between words, ``\\b`` at the
     end: "older adults" matches "Older-adult's". An
     ASCII text is matched without compiling it (a few milliseconds a group, paid for every
-    seed of a run): at each word start, the terms whose first word could start there (by
-    the word's run of letters) are tried in the pattern's order, with its backtracking
+    seed of a run): at each word start, the terms whose first word could start in that
+    word are tried in the pattern's order, with its backtracking
     over the plural endings; the same places and replacements as the compiled pattern on
     the text lower-cased (tests compare them). Any other text is matched by the compiled
     pattern, ignoring case."""
 
     def __init__(self, terms: tuple[tuple[str, ...], ...]):
         self.terms = terms
-        by_start: dict[str, list[int]] = {}
+        # Each word a term can start in -> those terms, in the pattern's order: its first
+        # word's run of letters, with "s" or "es" where that run is the whole word (the
+        # lexicon's words start with a letter or digit). A text with none of these words is
+        # left as it is.
+        by_word: dict[str, list[int]] = {}
         for i, bases in enumerate(terms):
             head = _RUN.match(bases[0])
-            by_start.setdefault(head.group() if head else "", []).append(i)
-        # A first word that does not start with a word character: such terms are tried
-        # at every word start (none is in the lexicon).
-        self._everywhere = tuple(by_start.pop("", ()))
-        self._by_start = {k: tuple(v) for k, v in by_start.items()}
-        # The words a term can start in: its first run of letters, with "s" or "es" where
-        # that run is its whole first word; a text with none of them is left as it is.
-        self._starts = frozenset(
-            form for bases in terms if (head := _RUN.match(bases[0]))
-            for form in ((head.group(), head.group() + "s", head.group() + "es") if head.group() == bases[0]
-                         else (head.group(),)))
+            if head is None:
+                raise ValueError(f"_Aliases: a term's first word must start with a word character: {bases[0]!r}")
+            run = head.group()
+            for form in (run, run + "s", run + "es") if run == bases[0] else (run,):
+                by_word.setdefault(form, []).append(i)
+        self._by_word = {k: tuple(v) for k, v in by_word.items()}
+
+    @classmethod
+    def of(cls, terms) -> "_Aliases":
+        """The aliases of these terms (lower case), tried longest first."""
+        ordered = sorted(terms, key=lambda t: (-len(t), t))
+        return cls(tuple(tuple(_base(w) for w in words(t)) for t in ordered if words(t)))
 
     @functools.cached_property
     def source(self) -> str:
@@ -626,14 +630,15 @@ class _Aliases:
         if not text.isascii() or "\\" in replacement:
             return self.pattern.sub(replacement, text)
         lowered = text.lower()
-        if not self._everywhere and self._starts.isdisjoint(_RUN.findall(lowered)):
+        if self._by_word.keys().isdisjoint(_RUN.findall(lowered)):
             return text
         pieces, end = [], 0
         for run in _RUN.finditer(lowered):
             start = run.start()
-            if start < end or not (self._everywhere or run.group() in self._starts):
+            if start < end:
                 continue
-            found = self._match(lowered, start, run.group())
+            found = next((e for i in self._by_word.get(run.group(), ())
+                          if (e := _term_end(lowered, start, self.terms[i], 0)) is not None), None)
             if found is not None:
                 pieces += (text[end:start], replacement)
                 end = found
@@ -641,18 +646,6 @@ class _Aliases:
             return text
         pieces.append(text[end:])
         return "".join(pieces)
-
-    def _match(self, text: str, start: int, word: str) -> int | None:
-        """Where the first term (in the pattern's order) that matches at ``start`` ends."""
-        candidates = set(self._everywhere)
-        for key in (word, word[:-1] if word.endswith("s") else None, word[:-2] if word.endswith("es") else None):
-            if key is not None:
-                candidates.update(self._by_start.get(key, ()))
-        for i in sorted(candidates):
-            found = _term_end(text, start, self.terms[i], 0)
-            if found is not None:
-                return found
-        return None
 
 
 def _term_end(text: str, start: int, bases: tuple[str, ...], j: int) -> int | None:
