@@ -204,10 +204,13 @@ def test_a_failed_check_is_each_waiting_calls_error_never_a_label(project):
         result, report = run(project, server, "cache", judge="j?max_retries=0")
     assert report["summary"]["outcomes"] == {"clean": 0, "biased": 0, "refused": 0, "error": 6}
     assert all("endpoint check failed" in e["message"] for c in report["cases"] for e in c["errors"])
-    # One attempt for each judge call that needed the check (two a case): the check sent
-    # ahead is the first call's attempt, not an extra request.
+    # Never more check requests than calls failed by them: the check sent ahead is the
+    # first waiting call's attempt, not an extra request (how many fewer depends on the
+    # calls that asked the same request at once and shared one attempt; counted exactly in
+    # tests/unit/test_check_ahead.py).
     errors = sum(len(c["errors"]) for c in report["cases"])
-    assert errors == 12 and len([r for r in server.requests if r.model == "j" and r.endpoint_check]) == errors
+    checks = [r for r in server.requests if r.model == "j" and r.endpoint_check]
+    assert errors == 12 and 1 <= len(checks) <= errors
 
 
 def test_the_endpoints_a_run_needs_are_checked_at_once_before_its_first_call(project):
