@@ -92,6 +92,7 @@ class ModelSet:
         self._models: dict[str, Model] = {}
         self._pool: CallPool | None = None
         self._pool_lock = threading.Lock()
+        self._check_ahead: frozenset = frozenset()  # CallPool.check_ahead (set_check_ahead)
         self._warm_thread: threading.Thread | None = None
         self.placeholders: set = set()  # CallPool identities of placeholder specs (dry run only)
         self.placeholder_reason: str | None = None  # why placeholders stand in (the embedded model missing)
@@ -352,9 +353,17 @@ class ModelSet:
                     cache=cache, concurrency=self.settings.concurrency, local_threads=self.settings.local_threads, gpus=self.settings.gpus,
                     # A dry run's calls are answered by the planning backend (models/planner.py).
                     planner=Planner() if self.settings.dry_run else None, placeholders=set(self.placeholders),
-                    miss_hint=self.settings.miss_hint,
+                    miss_hint=self.settings.miss_hint, check_ahead=self._check_ahead,
                 )
             return self._pool
+
+    def set_check_ahead(self, protocols) -> None:
+        """After collection: the endpoints of the roles the selected cases' protocols need
+        are checked at once, when the first call is about to be sent (CallPool.check_ahead)."""
+        self._check_ahead = frozenset(role for group in required_roles(protocols) for role in group)
+        with self._pool_lock:
+            if self._pool is not None:
+                self._pool.check_ahead = self._check_ahead
 
     def model(self, role: str) -> Model:
         if role not in self.specs:

@@ -448,6 +448,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             raise pytest.UsageError(str(exc)) from None
         state.setup_error = str(exc)
     state.protocols = {item.case.protocol for item in cases}
+    state.models.set_check_ahead(state.protocols)
     missing = state.models.missing_roles(state.protocols)
     if config.option.collectonly:
         # Listing the cases (an IDE's discovery) calls nothing: say what a real run would use.

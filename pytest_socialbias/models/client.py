@@ -10,7 +10,10 @@ recorded. A call that still fails raises ModelCallError with the reason.
 Endpoint checks: before the first request of a run goes to an HTTP endpoint, each role
 that uses the endpoint sends it one fixed request (the ``endpoint_check`` prompt, with the
 parameters the role's calls carry), in a fixed order of roles, whichever call comes
-first. Its answers decide what the run adapts to (models/adapt.py): a parameter the
+first. The endpoints of the roles the selected cases need (``CallPool.check_ahead``, set
+after collection) are checked at once when the first call of the process is about to be
+sent, not each before its own first call, so that a run waits one check's latency, not
+one per role, before its dialogues start. Its answers decide what the run adapts to (models/adapt.py): a parameter the
 endpoint rejects, the budget a reasoning model's short answers need, and for judges the
 constraint method (the first one under which the check's free-text question comes back
 as one of the labels). So the same command sends the same requests whatever order
@@ -103,6 +106,13 @@ class CallPool:
     _checks: dict = field(default_factory=dict)  # endpoint JSON -> {role: Model with a check}
     _checked: set = field(default_factory=set)  # (endpoint JSON, role) checked in this process
     _check_locks: dict = field(default_factory=dict)  # endpoint JSON -> asyncio.Lock
+    #: Roles whose endpoints are checked ahead, all at once, when the first call of this
+    #: process is about to be sent: the roles the selected cases' protocols need (the
+    #: plugin sets them after collection). Another role's endpoint is checked before its
+    #: own first call.
+    check_ahead: frozenset = frozenset()
+    _ahead: list = field(default_factory=list)  # the tasks checking ahead (kept until they end)
+    _ahead_failed: dict = field(default_factory=dict)  # endpoint JSON -> the failure of its check sent ahead
     in_flight: dict = field(default_factory=dict)  # cache key -> future of the call sending it
     bounds: RunBounds = field(default_factory=RunBounds)  # circuits and deadlines of the calls (guard.py)
 
@@ -150,17 +160,37 @@ class CallPool:
 
     async def ensure_checked(self, model: "Model") -> None:
         """Check every role registered on ``model``'s endpoint that is not checked yet,
-        in their fixed order, before anything else is sent to it (module docstring)."""
+        in their fixed order, before anything else is sent to it (module docstring). The
+        first time, the endpoints of ``check_ahead``'s roles are checked at once with it."""
         endpoint = model.endpoint_key
+        if self.check_ahead and not self._ahead:
+            self._ahead = [
+                asyncio.ensure_future(self._check_endpoint(other, ahead=True))
+                for other, roles in self._checks.items()
+                if other != endpoint and not self.check_ahead.isdisjoint(roles)
+            ] or [None]
+        await self._check_endpoint(endpoint)
+
+    async def _check_endpoint(self, endpoint: str, ahead: bool = False) -> None:
         roles = self._checks.get(endpoint)
         if not roles or all((endpoint, role) in self._checked for role in roles):
             return
         lock = self._check_locks.setdefault(endpoint, asyncio.Lock())
         async with lock:
-            for checked in sorted(roles.values(), key=lambda m: (m.check.order, m.role)):
-                if (endpoint, checked.role) not in self._checked:
-                    await self._check_role(checked)
-                    self._checked.add((endpoint, checked.role))
+            if endpoint in self._ahead_failed:
+                # The check sent ahead failed: the first call that needs the endpoint takes
+                # that failure as its own check's (one attempt, as if it had sent it);
+                # later calls check again, as after any failed check.
+                raise self._ahead_failed.pop(endpoint)
+            try:
+                for checked in sorted(roles.values(), key=lambda m: (m.check.order, m.role)):
+                    if (endpoint, checked.role) not in self._checked:
+                        await self._check_role(checked)
+                        self._checked.add((endpoint, checked.role))
+            except Exception as exc:
+                if not ahead:
+                    raise
+                self._ahead_failed[endpoint] = exc
 
     async def _check_role(self, model: "Model") -> None:
         if self.cache is None:
@@ -220,6 +250,9 @@ class CallPool:
             return self._backends.get(self._identity(spec))
 
     async def aclose(self) -> None:
+        for task in self._ahead:
+            if task is not None and not task.done():
+                task.cancel()  # an endpoint checked ahead that no call came to need
         for backend in self._backends.values():
             await backend.aclose()
         self._backends.clear()

@@ -204,6 +204,26 @@ def test_a_failed_check_is_each_waiting_calls_error_never_a_label(project):
         result, report = run(project, server, "cache", judge="j?max_retries=0")
     assert report["summary"]["outcomes"] == {"clean": 0, "biased": 0, "refused": 0, "error": 6}
     assert all("endpoint check failed" in e["message"] for c in report["cases"] for e in c["errors"])
+    # Never more check requests than calls failed by them: the check sent ahead is the
+    # first waiting call's attempt, not an extra request (how many fewer depends on the
+    # calls that asked the same request at once and shared one attempt; counted exactly in
+    # tests/unit/test_check_ahead.py).
+    errors = sum(len(c["errors"]) for c in report["cases"])
+    checks = [r for r in server.requests if r.model == "j" and r.endpoint_check]
+    assert errors == 12 and 1 <= len(checks) <= errors
+
+
+def test_the_endpoints_a_run_needs_are_checked_at_once_before_its_first_call(project):
+    """The simulator's, the target's and the judge's endpoints are checked together when the
+    first call is about to be sent, so the dialogues wait one check's latency, not one per
+    role; every check still comes before the first ordinary request of its endpoint."""
+    with FakeServer(fakeworld.script, latency=0.2, endpoint_checks="script") as server:
+        _, report = run(project, server, "cache")
+    assert report["summary"]["outcomes"]["error"] == 0
+    requests = sorted(server.requests, key=lambda r: r.index)
+    first_call = next(r.index for r in requests if not r.endpoint_check)
+    assert {r.model for r in requests if r.endpoint_check and r.index < first_call} == {"u", "t", "j"}
+    assert sorted(r.model for r in requests if r.endpoint_check) == ["j", "t", "u"]  # each once
 
 
 def test_record_all_checks_the_endpoint_again_from_scratch(project):

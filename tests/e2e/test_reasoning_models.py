@@ -160,7 +160,9 @@ def test_an_empty_target_reply_is_an_error_with_its_reason_never_clean(project, 
     for case in report["cases"]:
         assert [e["kind"] for e in case["errors"]] == ["empty_reply"]
         assert "turn 1: empty reply: the 250-token budget went to reasoning; raise max_tokens" in case["errors"][0]["message"]
-    assert not judge_requests(server, "j")  # nothing was judged
+    # Nothing was judged: the judge's endpoint was only checked, ahead with the
+    # simulator's and the target's before the first call (client.CallPool.check_ahead).
+    assert [r.endpoint_check for r in judge_requests(server, "j")] == [True]
     error_rate = next(m for m in report["metrics"] if m["metric"] == "error_rate" and m["category"] is None)
     assert (error_rate["value"], error_rate["n"]) == (1.0, 3)
 

@@ -213,3 +213,14 @@ def test_a_run_id_comes_from_the_process_part():
 
     assert ModelSet(Settings(dry_run=True), part=Part()).run_id == "the-controllers-run"
     assert len(ModelSet(Settings(dry_run=True)).run_id) == 32  # a single process makes its own
+
+
+def test_the_endpoints_checked_ahead_are_those_the_selected_protocols_need(keys):
+    """A detector run checks no target ahead (its cases never call one); a dialogue run
+    checks the target's and the judge's endpoints with the first call's."""
+    models = model_set(target="openai:t", judges=("openai:j",))
+    models.set_check_ahead({"benevdial_detect"})
+    assert models.pool.check_ahead == frozenset({"judge", "guard"})
+    models.set_check_ahead({"dymt", "benevdial_detect"})  # set on the pool already built
+    assert models.pool.check_ahead == frozenset({"target", "judge", "guard"})
+    assert model_set(target="openai:t", judges=("openai:j",)).pool.check_ahead == frozenset()  # none before collection
