@@ -111,7 +111,7 @@ class CallPool:
     #: plugin sets them after collection). Another role's endpoint is checked before its
     #: own first call.
     check_ahead: frozenset = frozenset()
-    _ahead: list = field(default_factory=list)  # the tasks checking ahead (kept until they end)
+    _ahead: list | None = None  # the tasks checking ahead (kept until they end); None: not sent yet
     _ahead_failed: dict = field(default_factory=dict)  # endpoint JSON -> the failure of its check sent ahead
     in_flight: dict = field(default_factory=dict)  # cache key -> future of the call sending it
     bounds: RunBounds = field(default_factory=RunBounds)  # circuits and deadlines of the calls (guard.py)
@@ -163,12 +163,12 @@ class CallPool:
         in their fixed order, before anything else is sent to it (module docstring). The
         first time, the endpoints of ``check_ahead``'s roles are checked at once with it."""
         endpoint = model.endpoint_key
-        if self.check_ahead and not self._ahead:
+        if self.check_ahead and self._ahead is None:
             self._ahead = [
                 asyncio.ensure_future(self._check_endpoint(other, ahead=True))
                 for other, roles in self._checks.items()
                 if other != endpoint and not self.check_ahead.isdisjoint(roles)
-            ] or [None]
+            ]
         await self._check_endpoint(endpoint)
 
     async def _check_endpoint(self, endpoint: str, ahead: bool = False) -> None:
@@ -250,8 +250,8 @@ class CallPool:
             return self._backends.get(self._identity(spec))
 
     async def aclose(self) -> None:
-        for task in self._ahead:
-            if task is not None and not task.done():
+        for task in self._ahead or ():
+            if not task.done():
                 task.cancel()  # an endpoint checked ahead that no call came to need
         for backend in self._backends.values():
             await backend.aclose()

@@ -120,7 +120,7 @@ def test_a_check_sent_ahead_that_no_call_needs_is_cancelled_at_close():
         assert judge.attempts == 1
         await pool.aclose()
         await settle()
-        assert all(task is None or task.cancelled() for task in pool._ahead)
+        assert pool._ahead and all(task.cancelled() for task in pool._ahead)
 
     asyncio.run(main())
 
