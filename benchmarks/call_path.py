@@ -42,9 +42,19 @@ The pytest runs import the plugin of this checkout (PYTHONPATH is set to it), or
 (the same requests either side); the check's cost is then measured on DIR's check too.
 They write their bytecode to a private cache, warmed by one uncounted run first.
 
+The machine's speed moves a lot from day to day (the same code read 1.75 ms a call one day
+and 1.13-1.31 ms two days later, both quiet), more than the flag allows. So the script
+also times a fixed piece of plain Python (``machine_speed``: JSON, a regular expression,
+dictionaries and strings, the best of 7 repetitions) and keeps it with the reference: the
+CPU figures are compared scaled by how much faster or slower that piece ran than when the
+reference was written ("scaled ratio"), and the flag goes by that; the raw ratio is
+printed beside it. Wall over bound is not scaled (part of it is latency).
+
 ``--profile DIR``: after its measured runs, each job runs once more, uncounted, under
-``py-spy record --threads --subprocesses`` (every thread of the run and its xdist workers,
-CPU only), into DIR/JOB.txt in py-spy's raw format; ``benchmarks/profile_top.py
+``py-spy record --threads --subprocesses --gil`` (every thread of the run and its xdist
+workers; ``--gil``: only the thread holding the interpreter, i.e. CPU spent in Python,
+since without it py-spy counts idle executor threads and lock waits as running), into
+DIR/JOB.txt in py-spy's raw format; ``benchmarks/profile_top.py
 DIR/JOB.txt`` sums it (docs/performance.md, How to profile).
 """
 
@@ -153,7 +163,7 @@ def profile(job: Job, folder: Path, out: Path) -> Path:
     """One more run of the job under py-spy (every thread of every process), raw output."""
     out.mkdir(parents=True, exist_ok=True)
     target = out.resolve() / f"{job.name}.txt"
-    prefix = ("py-spy", "record", "--threads", "--subprocesses", "-r", "400", "--format", "raw",
+    prefix = ("py-spy", "record", "--threads", "--subprocesses", "--gil", "-r", "400", "--format", "raw",
               "-o", str(target), "--")
     with FakeServer(script, latency=job.latency) as server:
         run(server, folder, job.workers, marker=job.marker, prefix=prefix)
@@ -190,14 +200,48 @@ def job_turns() -> list:
     return out
 
 
+def machine_speed(repeats: int = 7) -> float:
+    """Milliseconds of CPU a fixed piece of plain Python takes on this machine (the best of
+    ``repeats``: the least disturbed): what the CPU figures are scaled by (module doc)."""
+    import math
+    import re
+
+    body = {"model": "m", "messages": [{"role": "system", "content": "You play a person. " * 40},
+                                        {"role": "user", "content": "What do you think of older workers and new tools? " * 12}],
+            "temperature": 0.7, "max_tokens": 256}
+    pattern = re.compile(r"\b(?:as an ai|language model|i cannot|i can't help)\b")
+
+    def work() -> None:
+        for i in range(400):
+            data = json.loads(json.dumps(body))
+            content = data["messages"][1]["content"].lower()
+            pattern.search(content)
+            counts: dict[str, int] = {}
+            for word in content.split():
+                counts[word] = counts.get(word, 0) + 1
+            sorted(counts.items())
+            f"{i}:{len(counts)}".encode()
+
+    best = math.inf
+    for _ in range(repeats):
+        started = time.process_time()
+        work()
+        best = min(best, time.process_time() - started)
+    return 1000 * best
+
+
+#: The figures scaled by the machine's speed before they are compared (CPU figures).
+SCALED = frozenset({"cpu_ms_per_call", "check_ms_per_turn"})
 #: The figures compared with the reference, and how each is printed.
 FIGURES = (("calls", "{:.0f}"), ("cpu_ms_per_call", "{:.2f} ms"), ("wall_over_bound", "{:.2f}x"),
            ("check_ms_per_turn", "{:.3f} ms"))
 
 
-def compare(name: str, now: dict, reference: dict | None) -> list[str]:
+def compare(name: str, now: dict, reference: dict | None, speed: float | None = None) -> list[str]:
     """One line per figure: now (range), the reference, the ratio; '<- REGRESSION' over FLAG
-    (for calls: any change)."""
+    (for calls: any change). ``speed``: this machine's ``machine_speed`` over the
+    reference's (above 1: slower); a CPU figure's ratio is divided by it and flagged by
+    that scaled ratio."""
     lines, flagged = [], []
     for figure, fmt in FIGURES:
         if figure not in now:
@@ -210,8 +254,10 @@ def compare(name: str, now: dict, reference: dict | None) -> list[str]:
             lines.append(f"  {figure:<16} {shown:<28} (no reference)")
             continue
         ratio = value / ref
-        bad = ratio != 1 if figure == "calls" else ratio > FLAG
+        scaled = ratio / speed if speed and figure in SCALED else None
+        bad = ratio != 1 if figure == "calls" else (scaled if scaled is not None else ratio) > FLAG
         lines.append(f"  {figure:<16} {shown:<28} reference {fmt.format(ref):<10} ratio {ratio:5.2f}"
+                     + (f"  scaled {scaled:5.2f}" if scaled is not None else "")
                      + ("  <- REGRESSION" if bad else ""))
         if bad:
             flagged.append(figure)
@@ -248,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     print(f"call path: the plugin of {PLUGIN}, {len(jobs)} jobs, median of {args.runs} runs (min-max), {os.cpu_count()} cores, "
           f"load average {load_before[0]:.2f} {load_before[1]:.2f}; reference: {reference.get('measured', 'none')}")
+    speed_ms = machine_speed()
+    reference_speed = reference.get("machine_speed_ms")
+    speed = speed_ms / reference_speed if reference_speed else None
+    print(f"machine speed: the fixed piece of Python took {speed_ms:.2f} ms"
+          + (f" ({reference_speed:.2f} ms when the reference was measured: CPU figures are scaled by {speed:.2f})"
+             if speed else " (the reference has no such figure: CPU figures are compared unscaled)"))
     results, regressions = {}, 0
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -267,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             busy = results[job.name].get("others_busy")
             print(f"{job.name}: {job.what} ({time.perf_counter() - started:.0f} s"
                   + (f"; other processes kept up to {busy:.0%} of the cores busy" if busy is not None else "") + ")")
-            lines = compare(job.name, results[job.name], reference["jobs"].get(job.name))
+            lines = compare(job.name, results[job.name], reference["jobs"].get(job.name), speed)
             regressions += any("REGRESSION" in line for line in lines)
             print("\n".join(lines))
             if args.profile is not None:
@@ -277,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     turns = job_turns()
     results["user-check"] = {"check_ms_per_turn": cost_per_turn(turns)}
     print(f"user-check: the simulated-user check on the 80-seed job's {len(turns)} user turns, in this process")
-    lines = compare("user-check", results["user-check"], reference["jobs"].get("user-check"))
+    lines = compare("user-check", results["user-check"], reference["jobs"].get("user-check"), speed)
     regressions += any("REGRESSION" in line for line in lines)
     print("\n".join(lines))
     busiest = max((r.get("others_busy", 0.0) for r in results.values()), default=0.0)
@@ -289,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         reference = {"measured": f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, median of {args.runs} runs, "
                                  f"load average {load_before[0]:.1f} at the start, other processes kept up to "
                                  f"{busiest:.0%} of the cores busy",
+                     "machine_speed_ms": round(speed_ms, 3),
                      "load": {"load_average_at_start": round(load_before[0], 2), "others_busy_max": round(busiest, 3),
                               "others_busy": {name: round(r["others_busy"], 3) for name, r in results.items()
                                               if "others_busy" in r}},

@@ -1,15 +1,18 @@
 """The top of a py-spy profile of every thread: where a run's CPU went (docs/performance.md,
 How to profile).
 
-    py-spy record --threads --subprocesses -r 400 --format raw -o run.txt -- \\
+    py-spy record --threads --subprocesses --gil -r 400 --format raw -o run.txt -- \\
         python -m pytest ...                                  # or any command
     python benchmarks/profile_top.py run.txt [--top 30] [--only pytest_socialbias]
 
 Reads py-spy's raw (collapsed) output, one sampled stack a line with its count, and
 prints the share of samples each thread took, then the functions by inclusive share
 (samples with the function anywhere on the stack) and by own share (samples where it was
-running). Without ``--idle`` py-spy samples only threads that were running, so the
-shares are shares of CPU; with ``--idle``, of wall time (a waiting thread counts).
+running). With ``--gil`` py-spy samples only the thread holding the interpreter, so the
+shares are shares of the CPU spent in Python. Without it, its own test of whether a
+thread is idle misses some waits (seen here: an asyncio executor thread waiting for work,
+in ``concurrent/futures/thread.py _worker``, and a thread waiting for a lock, were counted
+as running, half of a run's samples), and with ``--idle`` the shares are of wall time.
 """
 
 from __future__ import annotations

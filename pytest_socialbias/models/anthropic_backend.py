@@ -15,7 +15,7 @@ from .base import (
     token_count,
 )
 from .constrain import ANSWER_TOOL, anthropic_fields
-from .transport import aiohttp_client
+from .transport import EndpointURL, aiohttp_client
 
 #: Anthropic requires max_tokens; used when neither the spec nor the caller sets it.
 DEFAULT_MAX_TOKENS = 1024
@@ -47,6 +47,7 @@ class AnthropicBackend:
             max_retries=max_retries,
             http_client=aiohttp_client(anthropic, http_clients),
         )
+        self._url = EndpointURL(self._client, "/v1/messages")
 
     @property
     def base_url(self) -> str:
@@ -79,7 +80,7 @@ class AnthropicBackend:
             body["system"] = system
         # The SDK's low-level post: its auth, retries and error types, without the typed
         # transform and model construction (see openai_backend).
-        data = await self._client.post("/v1/messages", body=body, cast_to=object)
+        data = await self._client.post(str(self._url), body=body, cast_to=object)
         return parse_message(data)
 
     async def aclose(self) -> None:

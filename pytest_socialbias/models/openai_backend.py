@@ -6,7 +6,7 @@ import math
 
 from .base import FINISH_CONTENT_FILTER, ChatResponse, MalformedResponse, optional_text, readable_text, token_count
 from .constrain import openai_fields
-from .transport import aiohttp_client
+from .transport import EndpointURL, aiohttp_client
 
 
 class OpenAIBackend:
@@ -24,6 +24,7 @@ class OpenAIBackend:
         # OpenAI's own API wants max_completion_tokens (reasoning models reject max_tokens);
         # compatible servers (vLLM, llama.cpp, Ollama) all understand max_tokens.
         self._max_tokens_field = "max_tokens" if spec.base_url else "max_completion_tokens"
+        self._url = EndpointURL(self._client, "/chat/completions")
 
     @property
     def base_url(self) -> str:
@@ -44,8 +45,9 @@ class OpenAIBackend:
         # The SDK's low-level post keeps its auth, retries (429 with Retry-After, 5xx,
         # timeouts, dropped connections) and error types, but skips the typed transform
         # of the request and the model construction of the answer: together 3/4 of the
-        # client's CPU per call (py-spy), and we read a handful of fields anyway.
-        data = await self._client.post("/chat/completions", body=body, cast_to=object)
+        # client's CPU per call (py-spy), and we read a handful of fields anyway. The URL
+        # is the one the SDK builds from the path, built once (transport.EndpointURL).
+        data = await self._client.post(str(self._url), body=body, cast_to=object)
         return parse_completion(data)
 
     async def aclose(self) -> None:

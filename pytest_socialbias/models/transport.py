@@ -67,6 +67,29 @@ def aiohttp_client(sdk, shared: dict | None = None):
     return shared[name]
 
 
+class EndpointURL:
+    """The absolute URL an SDK client posts a path to (``/chat/completions``), as the SDK
+    itself builds it, rebuilt only when the client's base URL changes.
+
+    The SDKs merge a relative path with their base URL on every call (parsing and
+    copying an httpx URL: about 20 us, 2% of a DyMT call's CPU); given the URL they
+    built once, they take it as it is. The same URL goes out either way: it is the
+    SDK's own ``_prepare_url`` of the path (the relative path where an SDK lacks it)."""
+
+    def __init__(self, client, path: str):
+        self._client, self._path = client, path
+        self._base = None
+        self._url = path
+
+    def __str__(self) -> str:
+        base = self._client.base_url
+        if base is not self._base:
+            prepare = getattr(self._client, "_prepare_url", None)
+            self._url = str(prepare(self._path)) if prepare is not None else self._path
+            self._base = base
+        return self._url
+
+
 def redirect_refused(status: int, exc: BaseException) -> str:
     """What a model call that was answered with a redirect says: where it pointed (a
     password in it masked, control characters escaped), and why it was not followed."""

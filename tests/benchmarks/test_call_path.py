@@ -48,6 +48,27 @@ def test_any_change_in_calls_is_flagged_and_no_reference_is_said(tool):
     assert "(no reference)" in tool.compare("user-check", {"check_ms_per_turn": 0.2}, None)[0]
 
 
+def test_cpu_figures_are_flagged_by_their_ratio_scaled_to_the_machines_speed(tool):
+    reference = {"calls": 2000, "cpu_ms_per_call": 1.0, "wall_over_bound": 1.2}
+    now = {"calls": 2000, "cpu_ms_per_call": 1.4, "wall_over_bound": 1.56}
+    # A machine 1.4x slower at plain Python: 1.4 ms is the reference's 1.0 ms, not a regression.
+    slower = tool.compare("dymt-500ms", now, reference, speed=1.4)
+    cpu = next(line for line in slower if "cpu_ms_per_call" in line)
+    assert "ratio  1.40  scaled  1.00" in cpu and "REGRESSION" not in cpu
+    # Wall over bound is not scaled: 1.3x its reference is flagged on any machine.
+    wall = next(line for line in slower if "wall_over_bound" in line)
+    assert "scaled" not in wall and "REGRESSION" in wall
+    # On a machine 1.2x faster, the same 1.0 ms of the reference read as 0.85 is fine but 1.1 is not.
+    faster = tool.compare("user-check", {"check_ms_per_turn": 0.11}, {"check_ms_per_turn": 0.1}, speed=1 / 1.2)
+    assert "scaled  1.32" in faster[0] and "REGRESSION" in faster[0]
+
+
+def test_the_machines_speed_is_a_steady_positive_figure(tool):
+    first, second = tool.machine_speed(repeats=3), tool.machine_speed(repeats=3)
+    assert first > 0 and second > 0
+    assert 0.5 < first / second < 2  # the best of a few repetitions: not a timing assertion, a sanity bound
+
+
 def test_checkout_without_the_plugin_is_refused(tool, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         tool.main(["--checkout", str(tmp_path)])
@@ -76,6 +97,7 @@ def test_the_reference_file_holds_every_figure_and_its_load(tool):
 
     reference = json.loads(tool.REFERENCE.read_text())
     assert "load average" in reference["measured"] and "others_busy_max" in reference["load"]
+    assert reference["machine_speed_ms"] > 0  # what the CPU figures are scaled by
     for job in tool.JOBS:
         figures = reference["jobs"][job.name]
         assert figures["calls"] > 0 and figures["cpu_ms_per_call"] > 0
