@@ -204,13 +204,18 @@ def test_a_failed_check_is_each_waiting_calls_error_never_a_label(project):
         result, report = run(project, server, "cache", judge="j?max_retries=0")
     assert report["summary"]["outcomes"] == {"clean": 0, "biased": 0, "refused": 0, "error": 6}
     assert all("endpoint check failed" in e["message"] for c in report["cases"] for e in c["errors"])
-    # Never more check requests than calls failed by them: the check sent ahead is the
-    # first waiting call's attempt, not an extra request (how many fewer depends on the
-    # calls that asked the same request at once and shared one attempt; counted exactly in
-    # tests/unit/test_check_ahead.py).
     errors = sum(len(c["errors"]) for c in report["cases"])
+    assert errors == 12  # a turn's judging fails as one error (its first failed call's)
+    # No judge call went past its failed check: nothing was asked, nothing labelled.
+    assert not [r for r in server.requests if r.model == "j" and not r.endpoint_check]
+    # Each judge call that waits sends at most one check of its own (a turn makes at most
+    # three: refusal, bias, coherence), and the check sent ahead is the first waiting
+    # call's attempt: never more checks than that plus one. How many exactly depends on
+    # timing (calls asking the same check at once share one attempt; a turn's other judge
+    # calls still check after its first one failed), so it is bounded here and counted
+    # exactly in tests/unit/test_check_ahead.py.
     checks = [r for r in server.requests if r.model == "j" and r.endpoint_check]
-    assert errors == 12 and 1 <= len(checks) <= errors
+    assert 1 <= len(checks) <= 3 * errors + 1
 
 
 def test_the_endpoints_a_run_needs_are_checked_at_once_before_its_first_call(project):
