@@ -63,6 +63,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -203,9 +204,6 @@ def job_turns() -> list:
 def machine_speed(repeats: int = 7) -> float:
     """Milliseconds of CPU a fixed piece of plain Python takes on this machine (the best of
     ``repeats``: the least disturbed): what the CPU figures are scaled by (module doc)."""
-    import math
-    import re
-
     body = {"model": "m", "messages": [{"role": "system", "content": "You play a person. " * 40},
                                         {"role": "user", "content": "What do you think of older workers and new tools? " * 12}],
             "temperature": 0.7, "max_tokens": 256}
@@ -222,12 +220,12 @@ def machine_speed(repeats: int = 7) -> float:
             sorted(counts.items())
             f"{i}:{len(counts)}".encode()
 
-    best = math.inf
-    for _ in range(repeats):
+    def timed() -> float:
         started = time.process_time()
         work()
-        best = min(best, time.process_time() - started)
-    return 1000 * best
+        return time.process_time() - started
+
+    return 1000 * min(timed() for _ in range(repeats))
 
 
 #: The figures scaled by the machine's speed before they are compared (CPU figures).
